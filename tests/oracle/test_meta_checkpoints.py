@@ -37,6 +37,7 @@ import os
 import shutil
 import subprocess
 import sys
+from functools import partial
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (check, exit_status, mutation_oracle_arguments, refused,  # noqa: E402
@@ -227,29 +228,45 @@ def check_tokenizer(zt, work):
         check(json.load(a) == json.load(b), "--tokenizer: tokenizer.json was not copied")
     print("ok   --tokenizer copies a Hugging Face tokenizer.json beside the model")
 
+def meta_variant(work, sd, name, change_params=None, change_sd=None, extra_file=None):
+    """Llama 3.1's Meta directory as work/bad_NAME, its params and tensors changed; with
+    extra_file, consolidated.00.pth copied under that name beside it."""
+    p = dict(CASES["3.1"])
+    s = dict(sd)
+    if change_params:
+        change_params(p)
+    if change_sd:
+        change_sd(s)
+    target = write_meta_dir(work("bad_" + name), p, s)
+    if extra_file:
+        shutil.copyfile(os.path.join(work("meta_3.1"), "consolidated.00.pth"),
+                        os.path.join(target, extra_file))
+    return target
 
-def check_refusals(zt, work, sd):
-    params = CASES["3.1"]
+
+def meta_shards(work, sd, name, n, change=None):
+    """Llama 3.1's Meta directory cut into n model-parallel shards, `change(shards)` applied."""
+    target = write_meta_dir(work("bad_" + name), CASES["3.1"], {})
+    os.remove(os.path.join(target, "consolidated.00.pth"))
+    shards = model_parallel_shards(sd, n, "3.1")
+    if change:
+        change(shards)
+    for i, shard in enumerate(shards):
+        torch.save(shard, os.path.join(target, f"consolidated.0{i}.pth"))
+    return target
+
+
+def refuses_import(zt, work, meta, says, extra=()):
+    out = work("refused_out")
+    refused([zt, "import", meta, "--out", out] + list(extra), says)
+    check(not os.path.exists(out), f"a refused import left {out}")
+
+
+def check_option_refusals(zt, work):
+    """--llama-version missing, contradicting use_scaled_rope, unknown, or given a Hugging Face
+    directory; info of a Meta directory."""
     base = work("meta_3.1")
-
-    def variant(name, change_params=None, change_sd=None, extra_file=None):
-        p = dict(params)
-        s = dict(sd)
-        if change_params:
-            change_params(p)
-        if change_sd:
-            change_sd(s)
-        target = write_meta_dir(work("bad_" + name), p, s)
-        if extra_file:
-            shutil.copyfile(os.path.join(base, "consolidated.00.pth"),
-                            os.path.join(target, extra_file))
-        return target
-
-    def refuses(meta, says, extra=()):
-        out = work("refused_out")
-        refused([zt, "import", meta, "--out", out] + list(extra), says)
-        check(not os.path.exists(out), f"a refused import left {out}")
-
+    refuses = partial(refuses_import, zt, work)
     refuses(base, "say which Llama it is with --llama-version")
     refused([zt, "info", base], "is a Llama checkpoint in Meta's layout: `info " +
             os.path.join(base, "consolidated.00.pth") + "` lists its tensors")
@@ -259,22 +276,18 @@ def check_refusals(zt, work, sd):
             ["--llama-version", "3.3"])
     refuses(work("hf_3.1"), "--llama-version applies to a Meta checkpoint",
             ["--llama-version", "3.1"])
+
+
+def check_shard_refusals(zt, work, sd):
+    """Model-parallel shards that do not fit: a whole matrix in a shard, one cut the other way,
+    norm copies that differ, a NaN in the second shard, shards that do not divide, a gap."""
+    variant, sharded = partial(meta_variant, work, sd), partial(meta_shards, work, sd)
+    refuses = partial(refuses_import, zt, work)
     v = ["--llama-version", "3.1"]
     whole = variant("whole", extra_file="consolidated.01.pth")
     refuses(whole, os.path.join(whole, "consolidated.00.pth") + "': tensor 'tok_embeddings.weight' "
             "has shape [256,64], params.json (as transformers' converter reads it, its rows cut "
             "among the model-parallel shards as Meta's layers cut them) gives [128,64]", v)
-
-    def sharded(name, n, change=None):
-        """params 3.1 cut into n shards, `change(shards)` applied."""
-        target = write_meta_dir(work("bad_" + name), params, {})
-        os.remove(os.path.join(target, "consolidated.00.pth"))
-        shards = model_parallel_shards(sd, n, "3.1")
-        if change:
-            change(shards)
-        for i, shard in enumerate(shards):
-            torch.save(shard, os.path.join(target, f"consolidated.0{i}.pth"))
-        return target
 
     def wo_by_rows(shards):
         whole = sd["layers.0.attention.wo.weight"]
@@ -300,6 +313,14 @@ def check_refusals(zt, work, sd):
     refuses(sharded("four", 4), "holds 4 model-parallel shards, which do not divide", v)
     gap = variant("gap", extra_file="consolidated.02.pth")
     refuses(gap, os.path.join(gap, "consolidated.02.pth") + "' is not consolidated.01.pth", v)
+
+
+def check_tensor_refusals(zt, work, sd):
+    """Tensors and params.json keys that do not fit: a tensor missing, extra, of another shape or
+    not finite; quantization, n_layers, use_scaled_rope as a string, vocab_size -1 without an
+    embedding, no weights file, an unknown key (a warning, refused under --strict-config)."""
+    variant, refuses = partial(meta_variant, work, sd), partial(refuses_import, zt, work)
+    v = ["--llama-version", "3.1"]
     refuses(variant("missing", change_sd=lambda s: s.pop("layers.1.feed_forward.w3.weight")),
             "has no tensor 'layers.1.feed_forward.w3.weight'", v)
     refuses(variant("extra", change_sd=lambda s: s.update(extra=torch.zeros(2))),
@@ -336,6 +357,12 @@ def check_refusals(zt, work, sd):
           f"an unknown params.json key: exit {proc.returncode}, {proc.stdout}")
     print("ok   bad Meta directories are refused naming the file, key or tensor; an unknown key "
           "is a warning")
+
+
+def check_refusals(zt, work, sd):
+    check_option_refusals(zt, work)
+    check_shard_refusals(zt, work, sd)
+    check_tensor_refusals(zt, work, sd)
 
 
 def main():
