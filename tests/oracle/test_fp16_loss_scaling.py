@@ -128,17 +128,26 @@ def check_run(name, lines, settings, ds, reference_lrs, shift):
           "weights and the schedule")
 
 
-def main():
-    parser = argument_parser(__doc__.split("\n")[0], deepspeed_sdist=True)
-    parser.add_argument("--mpirun", default="mpirun")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    work = fresh_work_dir(args.work_dir)
-    zt = args.zerotrain
-    tools = (zt, args.mpirun)
-    shift = 1 if args.expect_mismatch else 0
+class LossScalingOracle:
+    """The check's parts, run in order by run(): dynamic scaling at 1 and 2 ranks against
+    DeepSpeed's LossScaler, then (without --expect-mismatch) the resume, a resume with other
+    settings, static scales and the minimum scale."""
 
-    def checks():
+    def __init__(self, args, work):
+        self.args, self.work, self.zt = args, work, args.zerotrain
+        self.tools = (args.zerotrain, args.mpirun)
+        self.shift = 1 if args.expect_mismatch else 0
+
+    def run(self):
+        self.dynamic_scaling()
+        if self.shift:
+            return
+        self.resume()
+        self.static_scales()
+
+    def dynamic_scaling(self):
+        """1 rank stage 0 from a DeepSpeed JSON, 2 ranks stage 2 from the command line."""
+        args, work, zt, tools, shift = self.args, self.work, self.zt, self.tools, self.shift
         ds = load_deepspeed_loss_scaler(args.deepspeed_sdist, args.work_dir)
         run_tool([zt, "init", "--preset", "tiny", "--seed", "1234", "--out", work("model")])
         write_byte_windows(work("tok.h5"), os.path.join(args.source_dir, "inputs", "data",
@@ -175,9 +184,11 @@ def main():
             "--micro-batch", "1", "--initial-scale-power", "23", "--loss-scale-window", "3",
             "--hysteresis", "2", "--consecutive-hysteresis"], ranks=2)
         check_run("2 ranks, stage 2", metrics(work("two")), two, ds, reference_lrs, shift)
-        if shift:
-            return
+        self.ds_args, self.lines = ds_args, lines
 
+    def resume(self):
+        """A resume is the uninterrupted run bitwise; other settings start the scaler afresh."""
+        work, tools, ds_args, lines = self.work, self.tools, self.ds_args, self.lines
         # Resume: stop after step 10, resume, compare with the uninterrupted run.
         train(tools, work, work("resumed"), ds_args + ["--stop-after-step", "10"], check_exit=False)
         with open(os.path.join(work("resumed"), "checkpoints", "step-00000010",
@@ -208,6 +219,9 @@ def main():
         check(step11["loss_scale"] == 2 ** 24,
               "the scaler did not start afresh at 2^initial_scale_power")
 
+    def static_scales(self):
+        """Static scales, and the run stopped at the minimum scale."""
+        work, tools = self.work, self.tools
         # Static scales: 128 never overflows; 2^24 (fp16 activations) overflows every step and is
         # skipped every time without moving, leaving the weights (and so the loss) as they were.
         train(tools, work, work("static"), ["--precision", "fp16", "--micro-batch", "2",
@@ -234,7 +248,14 @@ def main():
               "the stop at the minimum loss scale is not reported by both ranks")
         print(f"the minimum scale stopped the run (exit {proc.returncode})")
 
-    return exit_status(checks)
+
+def main():
+    parser = argument_parser(__doc__.split("\n")[0], deepspeed_sdist=True)
+    parser.add_argument("--mpirun", default="mpirun")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    work = fresh_work_dir(args.work_dir)
+    return exit_status(lambda: LossScalingOracle(args, work).run())
 
 
 if __name__ == "__main__":
