@@ -210,6 +210,106 @@ def ulps(a, b, dtype):
 STEP_BITS = {torch.bfloat16: (7, -126), torch.float16: (10, -14)}
 
 
+class StoredOps:
+    """The op-by-op comparison of check_stored_ops for one model and micro-batch: the shapes,
+    RoPE's tables, the storage type's steps, and the rows found so far."""
+
+    def __init__(self, config, B, T, dtype):
+        self.B, self.T, self.dtype = B, T, dtype
+        self.bits, self.min_exponent = STEP_BITS[dtype]
+        self.D, self.H = config["hidden_size"], config["num_attention_heads"]
+        self.Hkv = config["num_key_value_heads"]
+        self.hd = self.D // self.H
+        theta = float(config.get("rope_theta", 10000.0))
+        self.cos, self.sin = ref.rope_cos_sin(T, self.hd, theta, torch.float32)
+        self.causal = torch.ones(T, T, dtype=torch.bool).tril()
+        self.rows = []
+
+    def R(self, t):
+        return ref._stored(t, self.dtype)
+
+    def slack(self, x, weight):
+        """Twice the float32 accumulation bound of x·weightᵀ, K·2⁻²⁴ per side times Σ|x||w|:
+        where a sum cancels, two float32 orders may differ by many steps of the result."""
+        return x.shape[-1] * 2.0 ** -23 * (x.abs() @ weight.abs().T)
+
+    def step(self, t):
+        """One step of the type at |t| (an upper bound: 2^(max(⌊log2|t|⌋, min_exponent) − bits),
+        t stored in that type)."""
+        exponent = torch.clamp(torch.floor(torch.log2(t.abs())), min=self.min_exponent)
+        return torch.where(t == 0, torch.zeros_like(t), torch.exp2(exponent - self.bits))
+
+    def attention_slack(self, q, k, v, probs):
+        """Twice the float32 bound of softmax(q·kᵀ/√hd)·v between two implementations, per
+        element, where neither cancels less: each score's hd products, their sum and the scale
+        ((hd + 1)·2⁻²⁴·Σ|q||k|/√hd each side); an error δ in every score of a row moves each
+        probability by at most 2δ relatively; the engine's exp (fast_expf, under 3e-7 relative:
+        FastExpAccuracyAndRange) and the normaliser's and the output's T-term sums, all relative
+        to Σ_j p_j·|v_j|. A softmax·v that cancels has a small result whose bf16 step is finer
+        than that error, so one step alone (no bound) would depend on the machine's roundings."""
+        B, T, H, Hkv, hd, D = self.B, self.T, self.H, self.Hkv, self.hd, self.D
+        u = 2.0 ** -24
+        kk = k.view(B, T, Hkv, hd).abs().repeat_interleave(H // Hkv, dim=2).transpose(1, 2)
+        vv = v.view(B, T, Hkv, hd).abs().repeat_interleave(H // Hkv, dim=2).transpose(1, 2)
+        qq = q.view(B, T, H, hd).abs().transpose(1, 2)
+        scores = (qq @ kk.transpose(-1, -2)) * (2 * (hd + 1) * u / hd ** 0.5)
+        worst = scores.masked_fill(~self.causal, 0.0).amax(dim=-1, keepdim=True)
+        relative = 2 * worst + 2 * 3e-7 + 4 * (T + 2) * u
+        return ((probs @ vv) * relative).transpose(1, 2).reshape(B * T, D)
+
+    def rope(self, t, heads):
+        return ref.apply_rope(t.view(self.B, self.T, heads, self.hd), self.cos,
+                              self.sin).reshape(self.B * self.T, -1)
+
+    def rope_abs(self, a, heads):
+        """|rope| of magnitudes: |c|·a_j + |s|·a_partner (RoPE mixes j and j ± hd/2)."""
+        a4 = a.view(self.B, self.T, heads, self.hd)
+        c, s_ = self.cos[None, :, None, :].abs(), self.sin[None, :, None, :].abs()
+        return (a4 * c + ref.rotate_half(a4).abs() * s_).reshape(self.B * self.T, -1)
+
+    def check(self, op, got, want, steps, bound=None):
+        if not torch.equal(got, self.R(got)):
+            raise SetupError(f"the engine's stored {op} holds values that are not {self.dtype}")
+        d = ulps(got, want, self.dtype)
+        outside = d > steps
+        if bound is not None:
+            outside &= (got - want).abs() > bound.reshape(got.shape)
+        self.rows.append((op, float((d > 0).double().mean()), int(outside.sum()), int(d.max())))
+
+    def check_layer(self, l, a, nxt, w, eps):
+        """Layer l's ops, from its stored activations `a` to the next layer's input `nxt`."""
+        R, check, slack, step = self.R, self.check, self.slack, self.step
+        B, T, H, Hkv, hd, D = self.B, self.T, self.H, self.Hkv, self.hd, self.D
+        p = f"model.layers.{l}."
+        check(f"{l}.input_norm", a["xn1"],
+              R(ref._rms_f32(a["x"], w[p + "input_layernorm.weight"], eps)), 1)
+        for name, heads, steps in (("q", H, 2), ("k", Hkv, 2), ("v", Hkv, 1)):
+            weight = w[p + f"self_attn.{name}_proj.weight"]
+            product = R(a["xn1"] @ weight.T)
+            bound = slack(a["xn1"], weight)
+            if name == "v":
+                check(f"{l}.v_proj", a[name], product, steps, bound)
+            else:  # a flip of the product's rounding moves it one step, then RoPE mixes pairs
+                check(f"{l}.{name}_proj+rope", a[name], R(self.rope(product, heads)), steps,
+                      self.rope_abs(bound + step(product), heads))
+        att, probs = ref._attention_f32(a["q"].view(B, T, H, hd), a["k"].view(B, T, Hkv, hd),
+                                        a["v"].view(B, T, Hkv, hd), self.causal)
+        want_att = R(att.reshape(B * T, D))
+        check(f"{l}.attention", a["att"], want_att, 1,
+              self.attention_slack(a["q"], a["k"], a["v"], probs) + step(want_att))
+        wo = w[p + "self_attn.o_proj.weight"]
+        # The residual is added to the fp32 product inside the GEMM: one rounding.
+        check(f"{l}.o_proj+residual", a["x2"], R(a["att"] @ wo.T + a["x"]), 1, slack(a["att"], wo))
+        check(f"{l}.post_norm", a["xn2"],
+              R(ref._rms_f32(a["x2"], w[p + "post_attention_layernorm.weight"], eps)), 1)
+        for name in ("gate", "up"):
+            weight = w[p + f"mlp.{name}_proj.weight"]
+            check(f"{l}.{name}_proj", a[name], R(a["xn2"] @ weight.T), 1, slack(a["xn2"], weight))
+        check(f"{l}.swiglu", a["h"], R(torch.nn.functional.silu(a["gate"]) * a["up"]), 1)
+        wd = w[p + "mlp.down_proj.weight"]
+        check(f"{l}.down_proj+residual", nxt, R(a["h"] @ wd.T + a["x2"]), 1, slack(a["h"], wd))
+
+
 def check_stored_ops(path, weights, config, logits, B, T, dtype):
     """Every op of the engine's forward, recomputed by PyTorch in float32 from the engine's own
     stored (`dtype`: bf16 or fp16) inputs and rounded where the storage contract says. Feeding
@@ -219,102 +319,23 @@ def check_stored_ops(path, weights, config, logits, B, T, dtype):
     element is inside when it is within one step of the type per rounding of the op, or, for
     products, within the float32 accumulation bound (`slack`)."""
     w = {n: ref.round_to(dtype)(t).float() for n, t in weights.items()}
-    bits, min_exponent = STEP_BITS[dtype]
     eps = float(config["rms_norm_eps"])
-    theta = float(config.get("rope_theta", 10000.0))
-    D, H = config["hidden_size"], config["num_attention_heads"]
-    Hkv = config["num_key_value_heads"]
-    hd = D // H
     L = config["num_hidden_layers"]
-    cos, sin = ref.rope_cos_sin(T, hd, theta, torch.float32)
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
-    def R(t):
-        return ref._stored(t, dtype)
+    ops = StoredOps(config, B, T, dtype)
     with h5py.File(path, "r") as f:
         act = {k: torch.from_numpy(f["act/" + k][()]) for k in
                [f"{l}/{n}" for l in range(L) for n in
                 ("x", "xn1", "q", "k", "v", "att", "x2", "xn2", "gate", "up", "h")]
                + ["final/x", "final/xf"]}
-    rows = []
-
-    def slack(x, weight):
-        """Twice the float32 accumulation bound of x·weightᵀ, K·2⁻²⁴ per side times Σ|x||w|:
-        where a sum cancels, two float32 orders may differ by many steps of the result."""
-        return x.shape[-1] * 2.0 ** -23 * (x.abs() @ weight.abs().T)
-
-    def step(t):
-        """One step of the type at |t| (an upper bound: 2^(max(⌊log2|t|⌋, min_exponent) − bits),
-        t stored in that type)."""
-        exponent = torch.clamp(torch.floor(torch.log2(t.abs())), min=min_exponent)
-        return torch.where(t == 0, torch.zeros_like(t), torch.exp2(exponent - bits))
-
-    def attention_slack(q, k, v, probs):
-        """Twice the float32 bound of softmax(q·kᵀ/√hd)·v between two implementations, per
-        element, where neither cancels less: each score's hd products, their sum and the scale
-        ((hd + 1)·2⁻²⁴·Σ|q||k|/√hd each side); an error δ in every score of a row moves each
-        probability by at most 2δ relatively; the engine's exp (fast_expf, under 3e-7 relative:
-        FastExpAccuracyAndRange) and the normaliser's and the output's T-term sums, all relative
-        to Σ_j p_j·|v_j|. A softmax·v that cancels has a small result whose bf16 step is finer
-        than that error, so one step alone (no bound) would depend on the machine's roundings."""
-        u = 2.0 ** -24
-        kk = k.view(B, T, Hkv, hd).abs().repeat_interleave(H // Hkv, dim=2).transpose(1, 2)
-        vv = v.view(B, T, Hkv, hd).abs().repeat_interleave(H // Hkv, dim=2).transpose(1, 2)
-        qq = q.view(B, T, H, hd).abs().transpose(1, 2)
-        scores = (qq @ kk.transpose(-1, -2)) * (2 * (hd + 1) * u / hd ** 0.5)
-        worst = scores.masked_fill(~causal, 0.0).amax(dim=-1, keepdim=True)
-        relative = 2 * worst + 2 * 3e-7 + 4 * (T + 2) * u
-        return ((probs @ vv) * relative).transpose(1, 2).reshape(B * T, D)
-
-    def rope_abs(a, heads):
-        """|rope| of magnitudes: |c|·a_j + |s|·a_partner (RoPE mixes j and j ± hd/2)."""
-        a4 = a.view(B, T, heads, hd)
-        c, s_ = cos[None, :, None, :].abs(), sin[None, :, None, :].abs()
-        return (a4 * c + ref.rotate_half(a4).abs() * s_).reshape(B * T, -1)
-
-    def check(op, got, want, steps, bound=None):
-        if not torch.equal(got, R(got)):
-            raise SetupError(f"the engine's stored {op} holds values that are not {dtype}")
-        d = ulps(got, want, dtype)
-        outside = d > steps
-        if bound is not None:
-            outside &= (got - want).abs() > bound.reshape(got.shape)
-        rows.append((op, float((d > 0).double().mean()), int(outside.sum()), int(d.max())))
-
-    rope = lambda t, heads: ref.apply_rope(t.view(B, T, heads, hd), cos, sin).reshape(B * T, -1)  # noqa: E731
     for l in range(L):
-        p, a = f"model.layers.{l}.", {n: act[f"{l}/{n}"] for n in
-                                      ("x", "xn1", "q", "k", "v", "att", "x2", "xn2", "gate",
-                                       "up", "h")}
-        nxt = act[f"{l + 1}/x"] if l + 1 < L else act["final/x"]
-        check(f"{l}.input_norm", a["xn1"], R(ref._rms_f32(a["x"], w[p + "input_layernorm.weight"], eps)), 1)
-        for name, heads, steps in (("q", H, 2), ("k", Hkv, 2), ("v", Hkv, 1)):
-            weight = w[p + f"self_attn.{name}_proj.weight"]
-            product = R(a["xn1"] @ weight.T)
-            bound = slack(a["xn1"], weight)
-            if name == "v":
-                check(f"{l}.v_proj", a[name], product, steps, bound)
-            else:  # a flip of the product's rounding moves it one step, then RoPE mixes pairs
-                check(f"{l}.{name}_proj+rope", a[name], R(rope(product, heads)), steps,
-                      rope_abs(bound + step(product), heads))
-        att, probs = ref._attention_f32(a["q"].view(B, T, H, hd), a["k"].view(B, T, Hkv, hd),
-                                        a["v"].view(B, T, Hkv, hd), causal)
-        want_att = R(att.reshape(B * T, D))
-        check(f"{l}.attention", a["att"], want_att, 1,
-              attention_slack(a["q"], a["k"], a["v"], probs) + step(want_att))
-        wo = w[p + "self_attn.o_proj.weight"]
-        # The residual is added to the fp32 product inside the GEMM: one rounding.
-        check(f"{l}.o_proj+residual", a["x2"], R(a["att"] @ wo.T + a["x"]), 1, slack(a["att"], wo))
-        check(f"{l}.post_norm", a["xn2"], R(ref._rms_f32(a["x2"], w[p + "post_attention_layernorm.weight"], eps)), 1)
-        for name in ("gate", "up"):
-            weight = w[p + f"mlp.{name}_proj.weight"]
-            check(f"{l}.{name}_proj", a[name], R(a["xn2"] @ weight.T), 1, slack(a["xn2"], weight))
-        check(f"{l}.swiglu", a["h"], R(torch.nn.functional.silu(a["gate"]) * a["up"]), 1)
-        wd = w[p + "mlp.down_proj.weight"]
-        check(f"{l}.down_proj+residual", nxt, R(a["h"] @ wd.T + a["x2"]), 1, slack(a["h"], wd))
-    check("final_norm", act["final/xf"], R(ref._rms_f32(act["final/x"], w["model.norm.weight"], eps)), 1)
-    check("lm_head", torch.from_numpy(logits), R(act["final/xf"] @ w["lm_head.weight"].T), 1,
-          slack(act["final/xf"], w["lm_head.weight"]))
-    return rows
+        a = {n: act[f"{l}/{n}"] for n in ("x", "xn1", "q", "k", "v", "att", "x2", "xn2", "gate",
+                                           "up", "h")}
+        ops.check_layer(l, a, act[f"{l + 1}/x"] if l + 1 < L else act["final/x"], w, eps)
+    ops.check("final_norm", act["final/xf"],
+              ops.R(ref._rms_f32(act["final/x"], w["model.norm.weight"], eps)), 1)
+    ops.check("lm_head", torch.from_numpy(logits), ops.R(act["final/xf"] @ w["lm_head.weight"].T),
+              1, ops.slack(act["final/xf"], w["lm_head.weight"]))
+    return ops.rows
 
 
 def compare_16bit_activations(args, model_dir, tokens_path, weights, config, label):
