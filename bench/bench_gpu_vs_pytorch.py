@@ -267,7 +267,7 @@ def median(values):
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def main():
+def parse_arguments():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--zerotrain", required=True, help="the binary (a bundle's bin/zerotrain)")
     p.add_argument("--preset", default="1b")
@@ -295,57 +295,71 @@ def main():
     p.add_argument("--json-out", help="write the figures here as JSON")
     args = p.parse_args()
     args.backend = args.backend or args.device
-    if args.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("bench_gpu_vs_pytorch: torch sees no GPU (torch.cuda.is_available() is False)")
+    return args
 
-    estimate = json.loads(subprocess.run(
-        [args.zerotrain, "estimate", "--preset", args.preset, "--seq-len", str(args.seq_len),
-         "--json"], check=True, capture_output=True, text=True).stdout)
-    config, flops_per_token = estimate["model_config"], estimate["training_flops_per_token"]
-    peak = args.peak_tflops * 1e12
-    rows, ratios = {}, {}
-    gpu = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    print(f"{args.preset} on {args.device} ({gpu}), "
-          f"seq {args.seq_len}, micro-batch {args.micro_batch}, {args.steps} steps "
-          f"({args.warmup} untimed), {flops_per_token / 1e9:.3f} GFLOP/token, "
-          f"peak {args.peak_tflops:g} TFLOP/s, torch {torch.__version__}", flush=True)
 
-    def write_json():
+class Figures:
+    """The rows measured so far (each the median of its repeats), the ratios, and the order the
+    runs ran in; written to --json-out after every run, so that a call cut short keeps them."""
+
+    def __init__(self, args, flops_per_token):
+        self.args, self.flops_per_token = args, flops_per_token
+        self.peak = args.peak_tflops * 1e12
+        self.rows, self.ratios = {}, {}
+        self.runs = {}  # name -> the repeats' results
+        self.ran = []  # the rows' names in the order they ran
+
+    def write_json(self):
+        args = self.args
         if not args.json_out:
             return
         with open(args.json_out + ".part", "w") as f:
             json.dump({"preset": args.preset, "device": args.device, "seq_len": args.seq_len,
-                       "micro_batch": args.micro_batch, "flops_per_token": flops_per_token,
+                       "micro_batch": args.micro_batch, "flops_per_token": self.flops_per_token,
                        "peak_tflops": args.peak_tflops, "torch": torch.__version__,
-                       "rows": rows, "ratios": ratios, "run_order": ran}, f, indent=1)
+                       "rows": self.rows, "ratios": self.ratios, "run_order": self.ran}, f,
+                      indent=1)
         os.replace(args.json_out + ".part", args.json_out)
 
-    runs = {}  # name -> the repeats' results
-    ran = []  # the rows' names in the order they ran
-
-    def record(name, r):
-        ran.append(name)
-        runs.setdefault(name, []).append(r)
-        all_tps = [x["tokens_per_s"] for x in runs[name]]
+    def record(self, name, r):
+        self.ran.append(name)
+        self.runs.setdefault(name, []).append(r)
+        all_tps = [x["tokens_per_s"] for x in self.runs[name]]
         row = dict(r)
         row["tokens_per_s"] = median(all_tps)
         row["tokens_per_s_runs"] = all_tps
-        row["tflops"] = row["tokens_per_s"] * flops_per_token / 1e12
-        row["mfu"] = row["tokens_per_s"] * flops_per_token / peak
-        row["peak_device_gib"] = max(x["peak_device_gib"] for x in runs[name])
-        rows[name] = row
+        row["tflops"] = row["tokens_per_s"] * self.flops_per_token / 1e12
+        row["mfu"] = row["tokens_per_s"] * self.flops_per_token / self.peak
+        row["peak_device_gib"] = max(x["peak_device_gib"] for x in self.runs[name])
+        self.rows[name] = row
         print(f"{name:>26} (run {len(all_tps)}): {r['tokens_per_s']:10.0f} tokens/s; median "
               f"{row['tokens_per_s']:10.0f} [{min(all_tps):.0f}, {max(all_tps):.0f}]  "
               f"MFU {100 * row['mfu']:5.1f}%  peak device {row['peak_device_gib']:6.2f} GiB  "
               f"loss {r['loss_first']:.3f} -> {r['loss_last']:.3f}"
               + (f"  sdpa {r['sdpa_backend']}" if "sdpa_backend" in r else ""), flush=True)
-        write_json()
+        self.write_json()
 
-    modes = [m for m in args.modes.split(",") if m]
-    if not hasattr(torch, "compile"):
-        for m in [m for m in modes if m.startswith("compile")]:
-            print(f"pytorch {m}: skipped (torch {torch.__version__} has no torch.compile)")
-        modes = [m for m in modes if not m.startswith("compile")]
+    def report_ratios(self):
+        """Each zerotrain row over each PyTorch row, and the strongest PyTorch row."""
+        rows, ratios = self.rows, self.ratios
+        ours = [n for n in rows if n.startswith("zerotrain")]
+        theirs = [n for n in rows if n.startswith("pytorch")]
+        for name in theirs:
+            for z in ours:
+                ratios[f"{z} / {name}"] = rows[z]["tokens_per_s"] / rows[name]["tokens_per_s"]
+                print(f"ratio {z} / {name}: {ratios[f'{z} / {name}']:.3f}")
+        if theirs:
+            strongest = strongest_row(rows)
+            ratios["strongest_pytorch"] = strongest
+            print(f"strongest PyTorch row: {strongest} ({rows[strongest]['tokens_per_s']:.0f} "
+                  f"tokens/s, median of {len(self.runs[strongest])})")
+        self.write_json()
+        return 0 if ours and len(rows) > len(ours) else 1
+
+
+def run_rows(args, config, modes, figures):
+    """Every row's repeats in run_order's alternating order; a PyTorch row that fails (an OOM, a
+    compile error) is a result and is not run again, a zerotrain row that fails ends the bench."""
     with tempfile.TemporaryDirectory() as work:
         data = os.path.join(work, "data.h5")
         subprocess.run([args.zerotrain, "prepare-data", "--text", args.data, "--out", data],
@@ -360,9 +374,9 @@ def main():
             try:
                 if who == "zerotrain":
                     run_dir = os.path.join(work, f"run{repeat}-" + name.replace(" ", "-"))
-                    record(name, run_zerotrain(args, data, run_dir, what))
+                    figures.record(name, run_zerotrain(args, data, run_dir, what))
                 else:
-                    record(name, run_pytorch(args, config, what))
+                    figures.record(name, run_pytorch(args, config, what))
             except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
                 print(f"{name}: FAILED ({e})", flush=True)
                 failed.add(name)
@@ -371,19 +385,30 @@ def main():
                     raise
                 print(f"{name}: FAILED ({type(e).__name__}: {e})", flush=True)
                 failed.add(name)
-    ours = [n for n in rows if n.startswith("zerotrain")]
-    theirs = [n for n in rows if n.startswith("pytorch")]
-    for name in theirs:
-        for z in ours:
-            ratios[f"{z} / {name}"] = rows[z]["tokens_per_s"] / rows[name]["tokens_per_s"]
-            print(f"ratio {z} / {name}: {ratios[f'{z} / {name}']:.3f}")
-    if theirs:
-        strongest = strongest_row(rows)
-        ratios["strongest_pytorch"] = strongest
-        print(f"strongest PyTorch row: {strongest} ({rows[strongest]['tokens_per_s']:.0f} "
-              f"tokens/s, median of {len(runs[strongest])})")
-    write_json()
-    return 0 if ours and len(rows) > len(ours) else 1
+
+
+def main():
+    args = parse_arguments()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("bench_gpu_vs_pytorch: torch sees no GPU (torch.cuda.is_available() is False)")
+
+    estimate = json.loads(subprocess.run(
+        [args.zerotrain, "estimate", "--preset", args.preset, "--seq-len", str(args.seq_len),
+         "--json"], check=True, capture_output=True, text=True).stdout)
+    config, flops_per_token = estimate["model_config"], estimate["training_flops_per_token"]
+    gpu = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    print(f"{args.preset} on {args.device} ({gpu}), "
+          f"seq {args.seq_len}, micro-batch {args.micro_batch}, {args.steps} steps "
+          f"({args.warmup} untimed), {flops_per_token / 1e9:.3f} GFLOP/token, "
+          f"peak {args.peak_tflops:g} TFLOP/s, torch {torch.__version__}", flush=True)
+    modes = [m for m in args.modes.split(",") if m]
+    if not hasattr(torch, "compile"):
+        for m in [m for m in modes if m.startswith("compile")]:
+            print(f"pytorch {m}: skipped (torch {torch.__version__} has no torch.compile)")
+        modes = [m for m in modes if not m.startswith("compile")]
+    figures = Figures(args, flops_per_token)
+    run_rows(args, config, modes, figures)
+    return figures.report_ratios()
 
 
 if __name__ == "__main__":
