@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Checks two rules of docs/ARCHITECTURE.md §1 over src/: no function is longer than --max-lines
 lines (from the line of its opening brace to that of its closing one), and no two files of a room
-include each other, directly or around a loop. A file's unit is its path without the extension
+include each other, directly or around a loop. With --python DIR (repeatable), the first rule
+holds for the Python under DIR too (tests, benchmarks): a function or method, from its `def` line
+to its last, nested functions counted in the one that holds them and on their own. A file's unit is its path without the extension
 (x.h, x.cpp and x.cu are one unit; x_impl.h, a private part of x, belongs to x too); unit A
 depends on unit B when one of A's files includes one of B's headers. Prints one line per
 violation and exits 1 if there is any. --self-test runs the checks on a small made-up tree.
 """
 import argparse
+import ast
 import os
 import re
 import sys
@@ -136,6 +139,30 @@ def violations(src, max_lines):
     return out + include_cycles(files)
 
 
+def long_python_functions(path, text, max_lines):
+    """(lines, first line) of each Python function in `text` longer than max_lines."""
+    found = []
+    for node in ast.walk(ast.parse(text, filename=path)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines = node.end_lineno - node.lineno + 1
+            if lines > max_lines:
+                found.append(f"{path}:{node.lineno}: a function of {lines} lines "
+                             f"(at most {max_lines}): {node.name}")
+    return found
+
+
+def python_violations(roots, max_lines):
+    out = []
+    for root in roots:
+        for dirpath, dirnames, names in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in sorted(n for n in names if n.endswith(".py")):
+                path = os.path.join(dirpath, name)
+                with open(path, encoding="utf-8") as f:
+                    out += long_python_functions(os.path.relpath(path, root), f.read(), max_lines)
+    return out
+
+
 def self_test():
     body = "  x += 1;\n" * 4
     files = {
@@ -155,8 +182,12 @@ def self_test():
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
-        got = sorted(v.split(": ")[0] for v in violations(tmp, max_lines=5))
-    want = sorted(["a/ctor.cpp:1", "a/long.cpp:2", "a/x <-> a/y"])
+        with open(os.path.join(tmp, "a", "long.py"), "w", encoding="utf-8") as f:
+            f.write("def short():\n    return 1\n\n\nclass C:\n    def long(self):\n" +
+                    "        x = 1\n" * 5 + "        return x\n")
+        got = sorted(v.split(": ")[0] for v in violations(tmp, max_lines=5) +
+                     python_violations([tmp], max_lines=5))
+    want = sorted(["a/ctor.cpp:1", "a/long.cpp:2", "a/x <-> a/y", "a/long.py:6"])
     if got != want:
         print(f"self-test: expected {want}, got {got}")
         return 1
@@ -167,18 +198,21 @@ def self_test():
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--src")
+    p.add_argument("--python", action="append", default=[], metavar="DIR",
+                   help="check the length of the Python functions under DIR too (repeatable)")
     p.add_argument("--max-lines", type=int, default=100)
     p.add_argument("--self-test", action="store_true")
     args = p.parse_args()
     if args.self_test:
         return self_test()
-    found = violations(args.src, args.max_lines)
+    found = violations(args.src, args.max_lines) + python_violations(args.python, args.max_lines)
+    where = " ".join([args.src] + args.python)
     for v in found:
         print(v)
     if found:
-        print(f"{len(found)} violation(s) of docs/ARCHITECTURE.md §1 under {args.src}")
+        print(f"{len(found)} violation(s) of docs/ARCHITECTURE.md §1 under {where}")
         return 1
-    print(f"under {args.src}: no function over {args.max_lines} lines, no include loop")
+    print(f"under {where}: no function over {args.max_lines} lines, no include loop")
     return 0
 
 
