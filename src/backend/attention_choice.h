@@ -119,7 +119,8 @@ RaggedDocuments ragged_documents(const int32_t* doc_start, int64_t B, int64_t T)
 RaggedDocuments regrouped(RaggedDocuments docs, int64_t sequences);
 // The sequences per graph a micro-batch runs with: `first` (ragged_graph_shape's choice) halved
 // until workspace_of(K), the bytes cuDNN asks for that graph, is at most `limit`; `first` when no
-// limit was prepared (0) or when even K = 1 asks for more (then the workspace grows instead).
+// limit was prepared (0). When no K down to 1 fits, the K that asks for the fewest bytes: the
+// workspace must grow mid-run then, and grows the least (a mid-run allocation is what can fail).
 int64_t sequences_within_workspace(int64_t first, size_t limit,
                                    const std::function<size_t(int64_t)>& workspace_of);
 

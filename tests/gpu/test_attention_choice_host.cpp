@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -301,7 +302,7 @@ TEST(AttentionChoice, RaggedDocumentsFollowTheRows) {
 
 // CudnnAttention's fit of a micro-batch's graph to the workspace prepared at start-up, with
 // cuDNN's figures replaced by a table: K halved until its workspace fits; the first choice where
-// nothing was prepared or where even one sequence per call does not fit.
+// nothing was prepared; where no K fits, the K that asks for the fewest bytes.
 TEST(AttentionChoice, SequencesAreHalvedUntilTheWorkspaceFits) {
   std::vector<int64_t> asked;
   const auto tiles = [&](int64_t K) {  // one 128 × 128 tile of bf16 scores per sequence
@@ -309,13 +310,16 @@ TEST(AttentionChoice, SequencesAreHalvedUntilTheWorkspaceFits) {
     return static_cast<size_t>(K) * 128 * 128 * 2;
   };
   EXPECT_EQ(sequences_within_workspace(128, 4 * 128 * 128 * 2, tiles), 4);
-  EXPECT_EQ(asked, (std::vector<int64_t>{128, 64, 32, 16, 8, 4, 4}));
+  EXPECT_EQ(asked, (std::vector<int64_t>{128, 64, 32, 16, 8, 4}));
   EXPECT_EQ(sequences_within_workspace(128, 5 * 128 * 128 * 2, tiles), 4);  // powers of two
   EXPECT_EQ(sequences_within_workspace(8, 8 * 128 * 128 * 2, tiles), 8);    // fits at once
   asked.clear();
   EXPECT_EQ(sequences_within_workspace(64, 0, tiles), 64);  // nothing prepared: not asked
   EXPECT_TRUE(asked.empty());
-  EXPECT_EQ(sequences_within_workspace(64, 100, tiles), 64);  // K = 1 does not fit either
+  EXPECT_EQ(sequences_within_workspace(64, 100, tiles), 1);  // none fits: 1 grows it least
+  // cuDNN's figures need not shrink with K (its tiles pad each call): the least is taken.
+  const std::map<int64_t, size_t> padded = {{8, 900}, {4, 500}, {2, 300}, {1, 400}};
+  EXPECT_EQ(sequences_within_workspace(8, 200, [&](int64_t K) { return padded.at(K); }), 2);
 }
 
 TEST(AttentionChoice, GraphCacheBuildsOncePerShapeAndDirection) {

@@ -380,8 +380,8 @@ struct CudnnAttention::Impl {
   // grouping makes: K and the smaller powers of two of the rest), fit the workspace prepare()
   // allocated, as cuDNN reports it; so that a micro-batch of many short documents (whose scores
   // cuDNN pads to its tiles) runs more calls instead of growing the workspace mid-run. Without a
-  // prepared workspace, or where K = 1 does not fit either, the first choice stays and the
-  // workspace grows at the call.
+  // prepared workspace, the first choice stays and the workspace grows at the call; where no K
+  // fits, the K that asks for the least grows it.
   void fit_documents(const AttentionShape& s, DType io, bool backward) {
     if (documents_fitted) return;
     SdpaGraphKey probe{s, backward || prepared_backward, io, documents->graph};
