@@ -48,8 +48,9 @@ int cmd_init(int argc, char** argv) {
   const Stopwatch clock;
   write_model_dir_from_init(out, config, static_cast<uint64_t>(seed),
                             static_cast<uint64_t>(shard_mb) << 20, vm["overwrite"].as<bool>());
+  const double seconds = clock.seconds();
   std::cout << "wrote " << out << ": " << ParamLayout(config).total_numel() << " parameters in "
-            << clock.seconds() << " s\n";
+            << seconds << " s\n";
   return 0;
 }
 

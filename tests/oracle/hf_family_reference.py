@@ -20,7 +20,6 @@ from hf_families_table import (FAMILIES, GLM4, MINISTRAL3, MODEL_TYPES, OLMO3,  
                                WRITTEN_AS)
 
 
-
 class HeadRMSNorm(torch.nn.Module):
     """Qwen3RMSNorm over each head's hd values: weight · (x · rsqrt(mean(x²) + eps))."""
 

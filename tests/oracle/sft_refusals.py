@@ -19,7 +19,6 @@ def check_sft_refusals(o):
     print("ok   bad inputs refused, naming the file, the line and the field")
 
 
-
 def refuse_bad_fields(o):
     """A missing response, the field options, --chat-template's needs."""
     zt, work, python, records, conversations = o.zt, o.work, o.python, o.records, o.conversations

@@ -401,7 +401,6 @@ class FamilyOracle:
         print(f"{args.family} gradients: {len(reference)} tensors, worst ‖Δ‖/‖ref‖ "
               f"{worst[0]:.3e} ({worst[1]}), bound {grad_bound:.3e}", flush=True)
 
-
     def check_broken_config(self, imported_zt, imported_hf):
         """With --break-config: exit 0 when the loss or the gradients see the change."""
         args, compare, compare_gradients = self.args, self.compare, self.compare_gradients
@@ -430,7 +429,6 @@ class FamilyOracle:
                 args.family in OLMO3 | GLM):
             check_generate(zt, imported, model, tokens, args.family,
                            extra.get("original_max_position_embeddings", 16))
-
 
     def train_and_export(self):
         """A 2-rank stage-3 run from the import, exported; transformers reads the export back

@@ -369,11 +369,14 @@ class LoraOracle:
               f"the adapter config written back differs: {written}")
         print("PEFT losses:      " + " ".join(f"{x:.7f}" for x in want_losses))
         print("PEFT grad norms:  " + " ".join(f"{x:.7f}" for x in want_norms))
-        self.tokens, self.eval_tokens, self.weights, self.initial_a, self.history, self.want_losses, self.want_norms, self.want_final, self.peft_model = tokens, eval_tokens, weights, initial_a, history, want_losses, want_norms, want_final, peft_model
+        self.tokens, self.eval_tokens, self.weights = tokens, eval_tokens, weights
+        self.initial_a, self.history, self.peft_model = initial_a, history, peft_model
+        self.want_losses, self.want_norms, self.want_final = want_losses, want_norms, want_final
 
     def train_like_peft(self, what, out, world_args, launcher):
         """Part 1 and the final adapters of part 2: one run against PEFT."""
-        zt, work, want_losses, want_norms, want_final, history = self.zt, self.work, self.want_losses, self.want_norms, self.want_final, self.history
+        zt, work, history = self.zt, self.work, self.history
+        want_losses, want_norms, want_final = self.want_losses, self.want_norms, self.want_final
         run_tool(launcher + train_args(zt, work, out, world_args, save_every=1))
         with open(os.path.join(out, "metrics.jsonl")) as f:
             metrics = [json.loads(line) for line in f]

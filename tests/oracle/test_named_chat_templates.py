@@ -309,7 +309,10 @@ def generate_inputs(work):
 
 def check_generate_prompts(zt, imported, tok, given):
     """Each way to give the messages, tools and template: apply_chat_template's prompt ids."""
-    message, tools_file, empty_file, conversations, user, system, own_template, own_file = given.message, given.tools_file, given.empty_file, given.conversations, given.user, given.system, given.own_template, given.own_file
+    message, user, system, conversations = (given.message, given.user, given.system,
+                                            given.conversations)
+    tools_file, empty_file, own_template, own_file = (given.tools_file, given.empty_file,
+                                                      given.own_template, given.own_file)
     prompts = {}
     for label, extra, messages, tools, name in (
             ("no tools", ["--chat", message], user, None, None),

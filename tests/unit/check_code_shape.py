@@ -3,8 +3,9 @@
 lines (from the line of its opening brace to that of its closing one), and no two files of a room
 include each other, directly or around a loop. With --python DIR (repeatable), the first rule
 holds for the Python under DIR too (tests, benchmarks): a function or method, from its `def` line
-to its last, nested functions counted in the one that holds them and on their own. A file's unit is its path without the extension
-(x.h, x.cpp and x.cu are one unit; x_impl.h, a private part of x, belongs to x too); unit A
+to its last, nested functions counted in the one that holds them and on their own; folders that
+hold no source of the project (hidden ones, build trees, virtual environments) are skipped. A
+file's unit is its path without the extension (x.h, x.cpp and x.cu are one unit; x_impl.h, a private part of x, belongs to x too); unit A
 depends on unit B when one of A's files includes one of B's headers. Prints one line per
 violation and exits 1 if there is any. --self-test runs the checks on a small made-up tree.
 """
@@ -151,15 +152,30 @@ def long_python_functions(path, text, max_lines):
     return found
 
 
+def project_folder(dirpath, name):
+    """Whether a folder under a --python root holds the project's sources: not hidden, not a
+    virtual environment or package cache, not a CMake build tree."""
+    if name.startswith(".") or name in ("__pycache__", "site-packages", "node_modules"):
+        return False
+    path = os.path.join(dirpath, name)
+    return not any(os.path.exists(os.path.join(path, marker))
+                   for marker in ("pyvenv.cfg", "CMakeCache.txt", "CTestTestfile.cmake"))
+
+
 def python_violations(roots, max_lines):
     out = []
     for root in roots:
+        top = os.path.dirname(os.path.abspath(root))  # paths printed as tests/..., bench/...
         for dirpath, dirnames, names in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            dirnames[:] = sorted(d for d in dirnames if project_folder(dirpath, d))
             for name in sorted(n for n in names if n.endswith(".py")):
                 path = os.path.join(dirpath, name)
-                with open(path, encoding="utf-8") as f:
-                    out += long_python_functions(os.path.relpath(path, root), f.read(), max_lines)
+                rel = os.path.relpath(path, top)
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        out += long_python_functions(rel, f.read(), max_lines)
+                except (SyntaxError, UnicodeDecodeError) as e:
+                    out.append(f"{rel}: not Python this checker can read ({e})")
     return out
 
 
@@ -182,11 +198,15 @@ def self_test():
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
-        with open(os.path.join(tmp, "a", "long.py"), "w", encoding="utf-8") as f:
-            f.write("def short():\n    return 1\n\n\nclass C:\n    def long(self):\n" +
-                    "        x = 1\n" * 5 + "        return x\n")
+        long_method = ("def short():\n    return 1\n\n\nclass C:\n    def long(self):\n" +
+                       "        x = 1\n" * 5 + "        return x\n")
+        os.makedirs(os.path.join(tmp, "a", "venv", "lib"))  # a virtual environment: not read
+        for rel, text in (("long.py", long_method), ("venv/pyvenv.cfg", ""),
+                          ("venv/lib/long.py", long_method)):
+            with open(os.path.join(tmp, "a", rel), "w", encoding="utf-8") as f:
+                f.write(text)
         got = sorted(v.split(": ")[0] for v in violations(tmp, max_lines=5) +
-                     python_violations([tmp], max_lines=5))
+                     python_violations([os.path.join(tmp, "a")], max_lines=5))
     want = sorted(["a/ctor.cpp:1", "a/long.cpp:2", "a/x <-> a/y", "a/long.py:6"])
     if got != want:
         print(f"self-test: expected {want}, got {got}")
@@ -205,8 +225,11 @@ def main():
     args = p.parse_args()
     if args.self_test:
         return self_test()
-    found = violations(args.src, args.max_lines) + python_violations(args.python, args.max_lines)
-    where = " ".join([args.src] + args.python)
+    if not args.src and not args.python:
+        p.error("give --src DIR, --python DIR or --self-test")
+    found = (violations(args.src, args.max_lines) if args.src else []) + python_violations(
+        args.python, args.max_lines)
+    where = " ".join(([args.src] if args.src else []) + args.python)
     for v in found:
         print(v)
     if found:
