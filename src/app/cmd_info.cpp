@@ -516,7 +516,7 @@ int cmd_info(int argc, char** argv) {
       fail("'" + path + "' is a Llama checkpoint in Meta's layout: `info " +
            (fs::path(path) / kMetaWeightsFile).string() +
            "` lists its tensors, and `zerotrain import " + path +
-           " --llama-version V` makes a model directory of it (docs/fine-tuning.md)");
+           " --llama-version V` makes a model directory of it (docs/models.md)");
     } else {
       fail(what);
     }

@@ -125,7 +125,7 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
   ZT_CHECK(fs::is_directory(hf_dir, ec), "import: '" + hf_dir + "' is not a directory");
   const std::string config_path = (fs::path(hf_dir) / "config.json").string();
   const nlohmann::json file_json = read_json_file(config_path);
-  // A multimodal checkpoint (Gemma 3's, Mistral Small 3's): its text model (docs/fine-tuning.md).
+  // A multimodal checkpoint (Gemma 3's, Mistral Small 3's): its text model (docs/models.md).
   const MultimodalWrapper* multimodal = multimodal_wrapper(file_json);
   const nlohmann::json config_json =
       multimodal ? multimodal_text_config(file_json, *multimodal, config_path) : file_json;

@@ -1,4 +1,4 @@
-// zerotrain import of a Llama checkpoint in Meta's own layout (docs/fine-tuning.md "Meta's
+// zerotrain import of a Llama checkpoint in Meta's own layout (docs/models.md "Meta's
 // original checkpoints"): the directory Meta's download script and the Hub's original/ folder
 // hold, params.json beside consolidated.00.pth, the state dict torch.save wrote of Meta's
 // reference Transformer (tok_embeddings, layers.N.attention.wq ..., output). It is imported as

@@ -1,6 +1,6 @@
 // A PyTorch checkpoint file as torch.save writes it since PyTorch 1.6, and as transformers' and
 // PEFT's save_pretrained(safe_serialization=False) write pytorch_model.bin and adapter_model.bin
-// (docs/fine-tuning.md "PyTorch checkpoints"): a zip archive of <prefix>/data.pkl, the state
+// (docs/models.md "PyTorch checkpoints"): a zip archive of <prefix>/data.pkl, the state
 // dict's pickle, and <prefix>/data/<key>, each storage's little-endian bytes. The pickle is read
 // by torch_pickle.h's machine, which runs none of it. The format before 1.6 (a bare pickle) and
 // TorchScript archives are refused, saying how to re-save.

@@ -1,4 +1,4 @@
-// The pickle torch.save writes for a state dict (docs/fine-tuning.md "PyTorch checkpoints"),
+// The pickle torch.save writes for a state dict (docs/models.md "PyTorch checkpoints"),
 // read without running it. A pickle can call any Python function; this reader runs a small
 // pickle machine that knows only the calls a state dict of tensors is made of
 // (collections.OrderedDict, torch._utils._rebuild_tensor_v2, _rebuild_parameter and torch 2's

@@ -1,4 +1,4 @@
-// The weights a Hugging Face tool wrote, in either of its formats (docs/fine-tuning.md "PyTorch
+// The weights a Hugging Face tool wrote, in either of its formats (docs/models.md "PyTorch
 // checkpoints"): safetensors (safetensors.h) or a PyTorch checkpoint (torch_checkpoint.h, what
 // save_pretrained(safe_serialization=False) writes: pytorch_model.bin, adapter_model.bin). As
 // transformers and PEFT tell them, by name: a .safetensors file is safetensors, any other a

@@ -1,5 +1,5 @@
 // A zip archive whose entries are stored, not compressed: what torch.save writes (docs/
-// fine-tuning.md "PyTorch checkpoints"). Reads the central directory (ZIP64 too, for the files of
+// models.md "PyTorch checkpoints"). Reads the central directory (ZIP64 too, for the files of
 // more than 4 GiB a 7B model's shards are) and each entry's local header, so that an entry's bytes
 // can be read in place. Errors name the archive and the entry.
 #pragma once

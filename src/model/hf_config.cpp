@@ -1,6 +1,6 @@
 // Reading and writing Hugging Face's config.json (model/config.h): which keys change the model and
 // are read, which are refused at any other value than the one zerotrain computes, which are known
-// not to change the model, and what an unknown key gets (docs/fine-tuning.md: the key policy).
+// not to change the model, and what an unknown key gets (docs/models.md: the key policy).
 #include <algorithm>
 #include <cmath>
 #include <filesystem>

@@ -86,7 +86,7 @@ bool is_gemma_type(const std::string& type) {
 
 // Gemma's MLP activation. transformers 4.46 (and back to 4.38) takes it from hidden_activation,
 // null meaning the tanh form of GELU whatever hidden_act says (Google's configs say "gelu" there);
-// 4.49 and later read hidden_act. zerotrain computes the tanh form (docs/fine-tuning.md, Gemma),
+// 4.49 and later read hidden_act. zerotrain computes the tanh form (docs/models.md, Gemma),
 // the one every release computes for hidden_act "gelu_pytorch_tanh"; another hidden_activation, or
 // a hidden_act no release reads as a GELU, is refused. Gemma 2's MLP takes hidden_activation
 // alone, which cannot be null there (ACT2FN has no None).

@@ -1,7 +1,7 @@
 // The config.json keys of Gemma's families (model/hf_config.cpp's helpers): Gemma's MLP
 // activation keys, Gemma 2's sandwich norms, attention scale and soft caps, and Gemma 3's q/k
 // norms, layer pattern and local RoPE base, read and written as transformers 4.46's GemmaConfig
-// and Gemma2Config and 4.50's Gemma3TextConfig take them (docs/fine-tuning.md, Gemma).
+// and Gemma2Config and 4.50's Gemma3TextConfig take them (docs/models.md, Gemma).
 #pragma once
 #include <string>
 #include <vector>

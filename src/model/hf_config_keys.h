@@ -1,4 +1,4 @@
-// The tables of config.json keys behind model/hf_config.cpp's policy (docs/fine-tuning.md: the
+// The tables of config.json keys behind model/hf_config.cpp's policy (docs/models.md: the
 // key policy): the architectures zerotrain implements by model_type, the keys it reads, those known
 // not to change a model, and each family's own.
 #pragma once

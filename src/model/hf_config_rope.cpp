@@ -1,6 +1,6 @@
 // config.json's RoPE keys (model/hf_config_rope.h): transformers 4.x's rope_theta and
 // rope_scaling, 5.x's rope_parameters (Gemma 3's one object per layer type), Phi-3's original
-// length and partial rotation, as transformers reads them (docs/fine-tuning.md: the key policy).
+// length and partial rotation, as transformers reads them (docs/models.md: the key policy).
 #include "model/hf_config_rope.h"
 
 #include <cmath>
@@ -43,7 +43,7 @@ double positive_or(const nlohmann::json& r, const char* key, double absent,
 // get_mscale(factor, mscale_all_dim) when both are given, else 0.1·ln(factor) + 1. transformers
 // since its fix of issue 38224, vLLM and llama.cpp read them so; 4.46 to 4.49 took the band from
 // max_position_embeddings and read no mscale, and 4.54 took max_position_embeddings /
-// original_max_position_embeddings for the factor (docs/fine-tuning.md, "YaRN").
+// original_max_position_embeddings for the factor (docs/models.md, "YaRN").
 void read_yarn(const nlohmann::json& r, const std::string& where, RopeScalingParams& p) {
   if (r.contains("original_max_position_embeddings") &&
       !r.at("original_max_position_embeddings").is_null()) {

@@ -1,7 +1,7 @@
 // config.json's RoPE keys, read and written for model/hf_config.cpp: rope_theta and rope_scaling
 // (transformers 4.x) or rope_parameters (5.x; Gemma 3's one object per layer type), the rope
 // types default, linear, llama3, yarn and Phi-3's longrope, Phi-3's original length and its
-// partial rotation (docs/fine-tuning.md: the key policy).
+// partial rotation (docs/models.md: the key policy).
 #pragma once
 #include <string>
 
