@@ -1,5 +1,5 @@
-// Multimodal checkpoints whose language model zerotrain imports (docs/models.md, Gemma 3 and
-// Mistral Small 3): Gemma3ForConditionalGeneration (gemma-3-4b/12b/27b as published) and
+// Multimodal checkpoints whose language model zerotrain imports (docs/models.md, "Multimodal
+// checkpoints"): Gemma3ForConditionalGeneration (gemma-3-4b/12b/27b as published) and
 // Mistral3ForConditionalGeneration (Mistral-Small-3.1-24B and 3.2-24B) keep the text model's config
 // as `text_config`, sparse as their config class writes it, beside a vision tower's. The text model
 // is read as its own family's config.json.

@@ -1,6 +1,6 @@
 // Mistral Small 3.1 and 3.2 (Mistral3ForConditionalGeneration) are published as multimodal
 // checkpoints whose language model is a Mistral (head_dim 128, no window): import reads that text
-// model (docs/models.md, Importing a model). What the wrapper's config yields, against the
+// model (docs/models.md, "Multimodal checkpoints"). What the wrapper's config yields, against the
 // published Mistral-Small-3.1-24B-Instruct-2503 file, and what is refused. The import itself is
 // checked against the text checkpoint in oracle_hf_mistral3_multimodal(_resaved).
 #include <gtest/gtest.h>
