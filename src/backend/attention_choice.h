@@ -142,19 +142,6 @@ struct SdpaGraphKeyHash {
 };
 std::string describe(const SdpaGraphKey& key);
 
-// Adds the seconds of its scope (steady clock) to `total` as it ends, by a throw too.
-class AddElapsedSeconds {
- public:
-  explicit AddElapsedSeconds(double& total) : total_(total) {}
-  AddElapsedSeconds(const AddElapsedSeconds&) = delete;
-  AddElapsedSeconds& operator=(const AddElapsedSeconds&) = delete;
-  ~AddElapsedSeconds() { total_ += clock_.seconds(); }
-
- private:
-  double& total_;
-  Stopwatch clock_;
-};
-
 // Builds each value once per key and keeps it: get() calls build(key) only for a key it has not
 // seen. builds() counts the calls (a training run builds 2 graphs: one forward, one backward), and
 // build_seconds() is their wall time (steady clock), a build that threw included.

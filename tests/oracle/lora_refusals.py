@@ -34,6 +34,15 @@ def poison_element_5(adapter_dir):
         f.write(struct.pack("<f", float("nan")))
 
 
+def edited_adapter(work, case, edit):
+    """A copy of the 1-rank run's adapter directory (OUT/final) as work/adapter_CASE, `edit`
+    applied to it."""
+    d = work("adapter_" + case)
+    shutil.copytree(work("one", "final"), d)
+    edit(d)
+    return d
+
+
 def check_lora_refusals(o):
     """Configs, options and adapter directories that do not fit the model."""
     zt, work, train_args, seq_len = o.zt, o.work, o.train_args, o.seq_len
@@ -67,9 +76,7 @@ def check_lora_refusals(o):
              "adapter_model.bin' is not a PyTorch checkpoint"),
             ("nan", poison_element_5, "lora_B.weight' holds a non-finite value (NaN or "
              "infinity) at element 5")):
-        d = work("adapter_" + case)
-        shutil.copytree(work("one", "final"), d)
-        edit(d)
+        d = edited_adapter(work, case, edit)
         refused(train_args(zt, work, bad, ["--lora-init-from", d, "--micro-batch", "2"],
                            targets=None), says)
         check(not os.path.exists(bad), f"a refused --lora-init-from ({case}) left {bad}")

@@ -359,6 +359,7 @@ class FamilyOracle:
         self.data, self.tokens, self.imported, self.n, self.L = data, tokens, imported, n, L
 
     def hf_loss(self, model):
+        """transformers' loss of `model` on the windows zt_eval reads."""
         return hf_loss(model, self.tokens, self.windows, self.seq_len)
 
     def zt_eval(self, model_dir):
@@ -436,7 +437,7 @@ class FamilyOracle:
         args, zt, work, imported, data, seq_len, hf_dir, config = (
             self.args, self.zt, self.work, self.imported, self.data, self.seq_len, self.hf_dir,
             self.config)
-        tokens, windows, compare, zt_eval = self.tokens, self.windows, self.compare, self.zt_eval
+        compare, zt_eval = self.compare, self.zt_eval
         # Train from the import at 2 ranks, stage 3, export, and let transformers read the export.
         run = os.path.join(work, "run")
         run_tool([args.mpirun, "-n", "2", zt, "train", "--model", imported, "--data", data, "--out",
@@ -457,7 +458,7 @@ class FamilyOracle:
               f"the export's model_type {exported_type} is not the checkpoint's {imported_type}")
         reloaded = load_reference(args.family, config, exported)
         print(f"the export ({exported_type}) loads as {type(reloaded).__name__}", flush=True)
-        trained_hf = hf_loss(reloaded.eval(), tokens, windows, seq_len)
+        trained_hf = self.hf_loss(reloaded.eval())
         compare("trained loss", zt_eval(final), trained_hf)
         self.final, self.exported = final, exported
 

@@ -56,7 +56,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (argument_parser, check, exit_status, fp32_model_bound,  # noqa: E402
-                            fresh_work_dir, require_venv_modules, run_tool)
+                            fresh_work_dir, last_json_line, require_venv_modules, run_tool)
 from test_hf_tokenizer import dataset, train_tokenizer  # noqa: E402
 from sft_refusals import check_sft_refusals  # noqa: E402
 
@@ -248,7 +248,7 @@ class SftOracle:
                         "--batches", str(BATCHES), "--micro-batch", str(MICRO_BATCH),
                         "--seq-len", str(SEQ_LEN), "--precision", "fp32",
                         "--document-masking", "off"])
-        return json.loads(out.strip().splitlines()[-1])
+        return last_json_line(out)
 
     def bound(self, value):
         widest = max(SIZES["hidden_size"], SIZES["intermediate_size"], self.tok.get_vocab_size())

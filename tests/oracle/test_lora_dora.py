@@ -49,6 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (check, exit_status, lora_oracle_arguments, refused,  # noqa: E402
                             run_tool, write_byte_windows)
 from lora_dropout_mask import MaskedDropout  # noqa: E402
+from lora_refusals import edited_adapter, rewrite_config  # noqa: E402
 import numpy as np  # noqa: E402
 import test_lora as lora  # noqa: E402
 import test_lora_gemma2 as gemma2  # noqa: E402
@@ -245,7 +246,6 @@ def check_dropout(zt, work, args, path, initial):
 
 def check_refusals(zt, work, path):
     """Adapter directories that contradict their config, and --use-dora beside a config."""
-    import shutil
     from safetensors.torch import load_file, save_file
     bad = work("bad")
     weights = "adapter_model.safetensors"
@@ -255,23 +255,14 @@ def check_refusals(zt, work, path):
         save_file({n: t for n, t in tensors.items() if not n.endswith(MAGNITUDE)},
                   os.path.join(d, weights))
 
-    def without_dora(d):
-        config_path = os.path.join(d, "adapter_config.json")
-        with open(config_path) as f:
-            config = json.load(f)
-        with open(config_path, "w") as f:
-            json.dump(dict(config, use_dora=False), f)
-
     for case, edit, says in (
             ("no_magnitudes", without_magnitudes,
              f"no tensor '{lora.PREFIX}model.layers.1.self_attn.q_proj{MAGNITUDE}', which "
              "adapter_config.json (q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj in "
              "layers 1, 3 with rank_pattern and alpha_pattern, use_dora: true) implies"),
-            ("not_dora", without_dora, "a DoRA magnitude, and adapter_config.json has no "
+            ("not_dora", lambda d: rewrite_config(d, use_dora=False), "a DoRA magnitude, and adapter_config.json has no "
              "use_dora: true")):
-        d = work("adapter_" + case)
-        shutil.copytree(work("one", "final"), d)
-        edit(d)
+        d = edited_adapter(work, case, edit)
         refused(lora.train_args(zt, work, bad, ["--lora-init-from", d], targets=None), says)
         refused([zt, "eval", "--model", work("model"), "--adapter", d, "--data", work("tok.h5"),
                  "--batches", "1", "--micro-batch", "2", "--seq-len", str(lora.SEQ_LEN)], says)
