@@ -45,20 +45,35 @@ import torch.nn.functional as F
 _SDPA_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
 
 
-def run_zerotrain(args, data, out, row):
-    """zerotrain's steady tokens/s (steps after the first) and peak device memory. row is an
-    --attention value, optionally with "+bf16" for --activations bf16 (e.g. "fused+bf16"); without
-    it the row runs --activations fp32. An empty row runs zerotrain's defaults."""
-    attention, _, activations = row.partition("+")
+def zerotrain_command(args, data, out, row):
+    """The train command of a zerotrain row: an --attention value, optionally with "+bf16" for
+    --activations bf16 (e.g. "fused+bf16"); without it the row runs --activations fp32. An empty
+    --attention runs zerotrain's defaults. "+nondeterministic" adds --deterministic false (e.g.
+    "+nondeterministic": the defaults so). ValueError for another option."""
+    attention, *options = row.split("+")
+    unknown = set(options) - {"bf16", "nondeterministic"}
+    if unknown:
+        raise ValueError(f"zerotrain row {row!r}: unknown {sorted(unknown)} "
+                         "(rows are ATTENTION[+bf16][+nondeterministic])")
+    activations = "bf16" if "bf16" in options else ""
     cmd = [args.zerotrain, "train", "--backend", args.backend, "--preset", args.preset,
            "--data", data, "--out", out, "--steps", str(args.steps),
            "--micro-batch", str(args.micro_batch), "--seq-len", str(args.seq_len),
            "--comm-timeout", "60", "--log-every", "1", "--seed", "1"] + args.zerotrain_arg
+    if "nondeterministic" in options:
+        cmd += ["--deterministic", "false"]
     if attention:
         cmd += ["--attention", attention]
         # --zerotrain-arg's own choice stands (--activations X or --activations=X).
         if not any(a.split("=")[0] == "--activations" for a in args.zerotrain_arg):
             cmd += ["--activations", activations or "fp32"]
+    return cmd
+
+
+def run_zerotrain(args, data, out, row):
+    """zerotrain's steady tokens/s (steps after the first) and peak device memory for a row
+    (zerotrain_command)."""
+    cmd = zerotrain_command(args, data, out, row)
     print("zerotrain:", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, timeout=args.timeout)
     steps = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
@@ -267,7 +282,8 @@ def median(values):
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def parse_arguments():
+def parse_arguments(argv=None):
+    """The command line (argv: sys.argv[1:] when None)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--zerotrain", required=True, help="the binary (a bundle's bin/zerotrain)")
     p.add_argument("--preset", default="1b")
@@ -285,15 +301,16 @@ def parse_arguments():
                    help="runs of every row, in alternating order; the figure is their median")
     p.add_argument("--attentions", default="",
                    help="zerotrain rows, one per --attention value, each optionally with "
-                        "+bf16 for --activations bf16 (e.g. gemm,fused,fused+bf16); "
-                        "an empty entry is a row on zerotrain's defaults (e.g. ,gemm); "
-                        "default: that row alone")
+                        "+bf16 for --activations bf16 (e.g. gemm,fused,fused+bf16) and "
+                        "+nondeterministic for --deterministic false; an empty --attention is "
+                        "zerotrain's defaults (e.g. ,gemm,+nondeterministic); default: the "
+                        "defaults' row alone")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak per GPU")
     p.add_argument("--data", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "..", "inputs", "data", "sample.txt"))
     p.add_argument("--timeout", type=float, default=300, help="seconds for zerotrain's run")
     p.add_argument("--json-out", help="write the figures here as JSON")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     args.backend = args.backend or args.device
     return args
 

@@ -41,7 +41,8 @@
 #                other TOOL:GROUP pairs, e.g. "racecheck:kernels memcheck:engine")
 #     train      `train --backend cuda` for each preset of ZT_PRESETS (default "125m 1b"): stage
 #                0 on the defaults (--attention auto, bf16 activations on CUDA), the same with
-#                --gemm-algorithms timed (its losses compared bit for bit), GEMM attention
+#                --gemm-algorithms timed (its losses compared bit for bit), with
+#                --deterministic false (its losses beside the defaults'), GEMM attention
 #                and fused with fp32 activations, fused + bf16, fp16 on its defaults; stage 3 with full activation
 #                checkpointing (GEMM + fp32, and fused + bf16); tokens/s, TFLOP/s, MFU, peak device
 #                memory (mean of the steps after the first)
@@ -57,8 +58,8 @@
 #                from the one before), cuDNN SDPA forced, each ZT_PYTORCH_REPEATS (3) times
 #                in alternating order, medians, beside zerotrain on the same GPU; zerotrain's
 #                rows are ZT_PYTORCH_ROWS (bench_gpu_vs_pytorch's
-#                --attentions; on CUDA by default its defaults alone, since the train part times
-#                the other attention paths in the same call)
+#                --attentions; on CUDA by default its defaults and the same with
+#                --deterministic false, since the train part times the other attention paths)
 #     masking    bench_document_masking.py for ZT_MASKING_PRESET (default 1b): tokens/s with document
 #                masks on and off, on the fused and on the GEMM attention (named: auto keeps
 #                masks on gemm until the fused path is validated, docs/gpu.md), on packed
@@ -420,6 +421,16 @@ run_part_train() {
         "$work/train_${preset}_s0_defaults" "$work/train_${preset}_s0_gemm_timed"
       cp "$work/train_${preset}_s0_gemm_timed/report.json" \
         "$evidence/runs/train_${preset}_s0_gemm_timed/" 2>/dev/null
+      # --deterministic false (cuDNN's attention backward with atomic dQ, no dP workspace) beside
+      # the defaults: tokens/s and peak memory; the losses differ in their low bits.
+      train_run "$preset stage 0 defaults, --deterministic false $backend" \
+        "$work/train_${preset}_s0_nondeterministic" --preset "$preset" --zero-stage 0 \
+        --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" \
+        --deterministic false
+      same_losses "$preset --deterministic false vs the defaults (low bits may differ)" \
+        "$work/train_${preset}_s0_defaults" "$work/train_${preset}_s0_nondeterministic"
+      cp "$work/train_${preset}_s0_nondeterministic/report.json" \
+        "$evidence/runs/train_${preset}_s0_nondeterministic/" 2>/dev/null
       train_run "$preset stage 0 fused attention $backend" "$work/train_${preset}_s0_fused" \
         --preset "$preset" --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" \
         --seq-len "$seq" --attention fused --activations fp32
@@ -465,13 +476,13 @@ run_part_train() {
   done
 }
 
-# zerotrain's rows beside PyTorch: on CUDA its defaults alone when the train part times the other
-# attention paths in the same call, else those paths too; on the CPU the GEMM path both ways.
+# zerotrain's rows beside PyTorch: on CUDA its defaults, and the same with --deterministic false
+# (the train part times the other attention paths); on the CPU the GEMM path both ways.
 default_pytorch_rows() {
   if [ "$backend" != cuda ]; then
     echo gemm,gemm+bf16
-  elif [[ ",$parts," != *,train,* ]]; then
-    echo ,gemm,fused,fused+bf16
+  else
+    echo ,+nondeterministic
   fi
 }
 

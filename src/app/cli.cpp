@@ -237,6 +237,14 @@ void add_attention_option(po::options_description& options, AttentionRequest* va
       "--precision fp32 or document masks, not yet validated on the fused path; else gemm)");
 }
 
+void add_deterministic_option(po::options_description& options, bool* value) {
+  options.add_options()(
+      "deterministic", bool_flag(value, *value),
+      "true: the same config and seed give the same bits on every run | false: the CUDA "
+      "backend may use faster kernels whose low bits vary from run to run (today the fused "
+      "attention's backward, dQ summed with atomics; docs/reproducibility.md)");
+}
+
 void add_document_masking_option(po::options_description& options, AutoSwitch* value) {
   options.add_options()("document-masking", auto_switch_option(value, "--document-masking"),
                         "auto | on | off: a packed document attends only to its own earlier "

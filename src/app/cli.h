@@ -126,6 +126,9 @@ po::value_semantic* backend_option(BackendRequest* target);
 
 // --attention gemm | fused | auto (backend/attention_choice.h): the CUDA backend's attention.
 void add_attention_option(po::options_description& options, AttentionRequest* value);
+// --deterministic (default *value): false lets the CUDA backend run faster kernels whose bits vary
+// from run to run (CudaBackendOptions::deterministic; train and estimate).
+void add_deterministic_option(po::options_description& options, bool* value);
 // --document-masking auto | on | off (train and eval; docs/fine-tuning.md): whether packed
 // documents attend only within themselves, their positions restarting at each document.
 void add_document_masking_option(po::options_description& options, AutoSwitch* value);

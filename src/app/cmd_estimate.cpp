@@ -38,13 +38,14 @@ struct PlannedScratch {
   AttentionKernel kernel = AttentionKernel::kGemm;
   AttentionShape one;  // the shape of one sequence: B = 1
   DType storage = DType::kFloat32;
+  bool deterministic = true;  // --deterministic: the fused backward's cuDNN workspace
 
   const char* attention() const { return cuda ? attention_kernel_name(kernel) : "cpu"; }
   int64_t bytes(int64_t micro_batch) const {
     if (!cuda) return 0;
     AttentionShape shape = one;
     shape.B = micro_batch;
-    const size_t n = cuda::cuda_backend_scratch_bytes(shape, kernel, storage);
+    const size_t n = cuda::cuda_backend_scratch_bytes(shape, kernel, storage, deterministic);
     ZT_CHECK(n <= static_cast<size_t>(std::numeric_limits<int64_t>::max()),
              std::string(kCommand) + ": the CUDA scratch of " + describe(shape) + " overflows");
     return static_cast<int64_t>(n);
@@ -56,6 +57,7 @@ PlannedScratch planned_scratch(const EstimateOptions& o, const EngineSpec& spec)
   p.cuda = o.backend_kind == BackendKind::kCuda;
   p.one = attention_shape(spec.model, 1, spec.seq_len);
   p.storage = spec.activation_storage;
+  p.deterministic = o.deterministic;
   // The GPU planned for: one whose fused attention runs the run's attention (compute capability
   // 8.x without document masks, 9.x with them).
   const bool masks = o.document_masking == AutoSwitch::kOn;
@@ -336,7 +338,7 @@ std::string train_flags(const EstimateOptions& o, const EngineSpec& spec, const 
               : "") +
          (plan.cuda ? std::string(" --document-masking ") + auto_switch_name(o.document_masking)
                     : "") +
-         offload_flags(c.offload) +
+         (o.deterministic ? "" : " --deterministic false") + offload_flags(c.offload) +
          // The copies the candidate was counted with, when not auto's.
          (c.offload.optimizer_offloaded() && o.offload.gradient_copies != "auto"
               ? " --offload-gradient-copies " + o.offload.gradient_copies

@@ -211,6 +211,7 @@ bool changes_trajectory(const std::string& key, const nlohmann::json& config) {
 nlohmann::json value_before(const nlohmann::json& before, const std::string& key) {
   static const std::map<std::string, nlohmann::json> added_later = {
       {"document_masking", "off"},
+      {"deterministic", true},
       {"eval_every", 0},
       {"packing", "wrapped"},
       {"offload_gradient_copies", "fp32"},
@@ -520,7 +521,7 @@ int run_training(TrainOptions o) {
       make_engine_device(o.backend_kind, comm, comm.comm(), estimate,
                          {o.attention_request, attention_shape(config, o.micro_batch, o.seq_len),
                           in.spec.activation_storage, in.spec.precision == Precision::kFp32,
-                          /*backward=*/true, sampler.document_masks()},
+                          /*backward=*/true, sampler.document_masks(), o.deterministic},
                          o.gemm_algorithms);
   Backend* backend = device.backend.get();
   resolve_host_adam(o, world, comm, in.spec);        // collective

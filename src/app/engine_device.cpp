@@ -46,6 +46,20 @@ void check_gemm_algorithms(GemmAlgorithms choice, BackendKind backend, const std
                "whose GEMMs are OpenBLAS's, with no algorithms to choose from)");
 }
 
+void check_deterministic(bool deterministic, BackendKind backend, bool world_invariant,
+                         const std::string& command) {
+  if (deterministic) return;
+  ZT_CHECK(backend == BackendKind::kCuda,
+           command +
+               ": --deterministic false needs the CUDA backend (this run uses the CPU backend, "
+               "whose kernels are all deterministic)");
+  ZT_CHECK(!world_invariant,
+           command +
+               ": --deterministic false and --world-invariant contradict each other: "
+               "--world-invariant promises the same bits at every world size, --deterministic "
+               "false gives up the same bits from one run to the next");
+}
+
 void check_activation_storage(DType storage, Precision precision, const std::string& command) {
   // 16-bit activations are stored in the working params' own type.
   ZT_CHECK(storage == DType::kFloat32 || working_dtype(precision) == storage,
@@ -84,9 +98,9 @@ std::unique_ptr<cuda::CudaBackend> agreed_backend(MpiCommunicator& host, int dev
   std::unique_ptr<cuda::CudaBackend> fused;
   const auto cudnn_refusal = [&]() -> std::string {
     try {
-      fused = make_cuda_backend(
-          device, cuda::CudaBackendOptions::for_micro_batch(AttentionKernel::kFused,
-                                                            attention.shape, attention.storage));
+      fused = make_cuda_backend(device, cuda::CudaBackendOptions::for_micro_batch(
+                                            AttentionKernel::kFused, attention.shape,
+                                            attention.storage, attention.deterministic));
       fused->prepare_fused_attention(attention.shape, attention.storage, attention.backward,
                                      attention.document_masks);
       return "";
@@ -107,7 +121,10 @@ std::unique_ptr<cuda::CudaBackend> agreed_backend(MpiCommunicator& host, int dev
     choice = {AttentionKernel::kGemm,
               "gemm (auto: " + std::to_string(static_cast<int>(gemm_ranks)) +
                   " other rank(s) cannot run the fused attention)"};
-  if (choice.kernel == AttentionKernel::kFused) return fused;
+  if (choice.kernel == AttentionKernel::kFused) {
+    if (!attention.deterministic && attention.backward) choice.why += ", nondeterministic backward";
+    return fused;
+  }
   fused.reset();  // its device memory goes before the gemm backend takes its own
   return make_cuda_backend(device, cuda::CudaBackendOptions::for_micro_batch(
                                        AttentionKernel::kGemm, attention.shape, attention.storage));

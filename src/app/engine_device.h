@@ -47,6 +47,11 @@ void check_attention_request(AttentionRequest request, BackendKind backend,
 // which has no algorithms to choose from. Not collective.
 void check_gemm_algorithms(GemmAlgorithms choice, BackendKind backend, const std::string& command);
 
+// --deterministic false: refused (naming `command`) on the CPU backend, whose kernels are all
+// deterministic, and with --world-invariant, which promises the same bits. Not collective.
+void check_deterministic(bool deterministic, BackendKind backend, bool world_invariant,
+                         const std::string& command);
+
 // --activations (kFloat32, kBf16 or kFloat16): a 16-bit type is refused (naming `command`) unless
 // it is the precision's working type. Not collective.
 void check_activation_storage(DType storage, Precision precision, const std::string& command);
@@ -61,6 +66,7 @@ struct AttentionSetup {
   bool fp32_run = false;            // --precision fp32: auto keeps the attention exact
   bool backward = true;             // training; eval runs the forward alone (no backward graph)
   bool document_masks = false;  // --document-masking resolved on: the fused path's ragged graphs
+  bool deterministic = true;    // --deterministic: false lets the fused backward use atomics
 };
 
 // The attention of one micro-batch [B, T] of `config`.

@@ -58,6 +58,7 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
       "the backend the planned run will use: cpu | cuda (not checked against this machine) | "
       "auto (as train would resolve it here); picks the default --activations");
   add_attention_option(opts, &o.attention_request);
+  add_deterministic_option(opts, &o.deterministic);
   add("document-masking",
       word_option<AutoSwitch>(
           &o.document_masking,
@@ -135,6 +136,7 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
            std::string(kCommand) +
                ": --attention fused needs --backend cuda (the CPU backend "
                "has one attention)");
+  check_deterministic(o.deterministic, o.backend_kind, o.zero.world_invariant, kCommand);
   return true;
 }
 

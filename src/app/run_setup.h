@@ -85,6 +85,9 @@ struct RunEngineOptions {
   BackendKind backend_kind = BackendKind::kCpu;    // --backend resolved (resolve_device_options)
   // --attention gemm | fused | auto (the CUDA backend's; checked against the backend)
   AttentionRequest attention_request = AttentionRequest::kAuto;
+  // --deterministic (train, estimate): false lets the CUDA backend's fused attention backward
+  // accumulate with atomics (checked against the backend and --world-invariant)
+  bool deterministic = true;
   // --document-masking auto | on | off; once the dataset is open, the mode that runs (on | off).
   AutoSwitch document_masking = AutoSwitch::kAuto;
   ZeroConfig zero;

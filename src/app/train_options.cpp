@@ -151,6 +151,7 @@ void validate_settings(TrainOptions& o) {
   }
   check_attention_request(o.attention_request, o.backend_kind, kCommand);
   check_gemm_algorithms(o.gemm_algorithms, o.backend_kind, kCommand);
+  check_deterministic(o.deterministic, o.backend_kind, o.zero.world_invariant, kCommand);
   validate_checkpoint_flags(o.checkpoint, kCommand);
   o.choices = parse_engine_choices(o, kCommand);
   o.choices.offload.validate(o.zero.stage);
@@ -227,6 +228,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"backend", backend_request_name(backend)},
           {"attention", attention_request_name(attention_request)},
           {"gemm_algorithms", gemm_algorithms_name(gemm_algorithms)},
+          {"deterministic", deterministic},
           {"document_masking", auto_switch_name(document_masking)},
           {"packing", packing_name(packing)},
           {"activations", activation_storage_name(activations)},
@@ -410,6 +412,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
       "visible, else cpu)");
   add_attention_option(opts, &o.attention_request);
+  add_deterministic_option(opts, &o.deterministic);
   add("gemm-algorithms",
       word_option<GemmAlgorithms>(&o.gemm_algorithms, parse_gemm_algorithms,
                                   gemm_algorithms_name(o.gemm_algorithms)),

@@ -1,7 +1,9 @@
 #include "backend/attention_choice.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <utility>
 
@@ -233,16 +235,21 @@ int64_t sequences_within_workspace(int64_t first, size_t limit,
 }
 
 size_t SdpaGraphKeyHash::operator()(const SdpaGraphKey& key) const {
-  size_t h = key.backward ? 0x9e3779b97f4a7c15ULL : 0;
-  for (int64_t v : {key.shape.B, key.shape.T, key.shape.H, key.shape.Hkv, key.shape.hd,
-                    static_cast<int64_t>(key.io), key.ragged.length, key.ragged.sequences})
+  size_t h = (key.backward ? 1 : 0) + (key.deterministic ? 2 : 0);
+  // The scores as operator== compares them (+ 0.0f: −0 and +0 are equal, and hash alike).
+  const AttentionScores& scores = key.shape.scores;
+  for (int64_t v :
+       {key.shape.B, key.shape.T, key.shape.H, key.shape.Hkv, key.shape.hd,
+        static_cast<int64_t>(key.io), key.ragged.length, key.ragged.sequences,
+        static_cast<int64_t>(std::bit_cast<uint32_t>(scores.scale + 0.0f)),
+        static_cast<int64_t>(std::bit_cast<uint32_t>(scores.softcap + 0.0f)), scores.window})
     h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
   return h;
 }
 
 std::string describe(const SdpaGraphKey& key) {
   return std::string(key.backward ? "backward" : "forward") + " " + describe(key.shape) + " " +
-         dtype_name(key.io) +
+         dtype_name(key.io) + (key.deterministic ? "" : " nondeterministic") +
          (key.ragged.sequences > 0 ? " ragged " + std::to_string(key.ragged.sequences) + " × " +
                                          std::to_string(key.ragged.length)
                                    : "");

@@ -125,7 +125,7 @@ int64_t sequences_within_workspace(int64_t first, size_t limit,
                                    const std::function<size_t(int64_t)>& workspace_of);
 
 // Everything a cuDNN SDPA graph is specialised on: a graph built for one key runs only that key.
-// The scale (1/√hd) and the causal mask follow from the shape.
+// The scale (the model's, in shape.scores) and the causal mask follow from the shape.
 struct SdpaGraphKey {
   AttentionShape shape;
   bool backward = false;
@@ -135,6 +135,11 @@ struct SdpaGraphKey {
   // {0, 0}: plain causal attention over each of the B rows. Otherwise the documents' ragged layout
   // (RaggedDocuments::graph, with the call's own K).
   RaggedGraphShape ragged;
+  // The backward's algorithm (true for every forward): cuDNN's deterministic one, which keeps dP
+  // (B·H·T² bf16) in its workspace and forms dQ = dS·K as a product of its own, or (false,
+  // --deterministic false) dQ accumulated in fp32 with atomics, whose order, and so whose low
+  // bits, vary from run to run.
+  bool deterministic = true;
   friend bool operator==(const SdpaGraphKey&, const SdpaGraphKey&) = default;
 };
 struct SdpaGraphKeyHash {

@@ -16,7 +16,8 @@
 // products may instead overwrite (GradWrite::kAssign), so that a micro-batch's first write needs
 // no zeroed buffer. Every reduction
 // is deterministic: the same inputs give bitwise-identical outputs on every call, whatever the
-// number of threads.
+// number of threads. The one exception is opted into: a CUDA backend made with --deterministic
+// false (CudaBackendOptions::deterministic) runs the fused attention's backward with atomics.
 #pragma once
 #include <algorithm>
 #include <cstdint>

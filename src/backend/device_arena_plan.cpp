@@ -123,24 +123,27 @@ int64_t column_sum_rows_per_chunk(int64_t rows, int64_t cols, size_t scratch_byt
   return (rows + chunks - 1) / chunks;
 }
 
-size_t cudnn_attention_workspace_bytes(const AttentionShape& s) {
-  ZT_CHECK(s.B > 0 && s.H > 0 && s.T > 0,
+size_t cudnn_attention_workspace_bytes(const AttentionShape& s, bool deterministic) {
+  ZT_CHECK(s.B > 0 && s.H > 0 && s.T > 0 && s.hd > 0,
            "cuDNN workspace: every dimension must be positive, got " + describe(s));
-  // B·H·T² bf16 + B·H·T fp32 + 256, in size_t without overflow.
+  // B·H·T·(bytes per query row) + 256 in size_t without overflow, a row holding its dP row in bf16
+  // (2T) or its fp32 dQ accumulator (4·hd), and its fp32 rowsum (4).
   const auto b = static_cast<size_t>(s.B), h = static_cast<size_t>(s.H),
-             t = static_cast<size_t>(s.T);
+             t = static_cast<size_t>(s.T), hd = static_cast<size_t>(s.hd);
   const size_t max = std::numeric_limits<size_t>::max();
-  ZT_CHECK(b <= max / h && b * h <= max / t && b * h * t <= (max - 256) / (2 * t + 4),
+  const bool row_fits = deterministic ? t <= (max - 4) / 2 : hd <= (max - 4) / 4;
+  const size_t row = row_fits ? (deterministic ? 2 * t : 4 * hd) + 4 : max;
+  ZT_CHECK(row_fits && b <= max / h && b * h <= max / t && b * h * t <= (max - 256) / row,
            "cuDNN workspace of " + describe(s) + " overflows");
-  return b * h * t * (2 * t + 4) + 256;
+  return b * h * t * row + 256;
 }
 
 size_t cuda_backend_scratch_bytes(const AttentionShape& shape, AttentionKernel kernel,
-                                  DType storage) {
+                                  DType storage, bool deterministic) {
   const size_t attention =
       attention_scratch_bytes(shape, kernel, storage, kAttentionScoreScratchBytes, kArenaAlignment);
   const size_t workspace =
-      kernel == AttentionKernel::kFused ? cudnn_attention_workspace_bytes(shape) : 0;
+      kernel == AttentionKernel::kFused ? cudnn_attention_workspace_bytes(shape, deterministic) : 0;
   const size_t fixed = kGemmWorkspaceBytes + kReductionScratchBytes;
   const size_t max = std::numeric_limits<size_t>::max();
   ZT_CHECK(workspace <= max - fixed && attention <= max - fixed - workspace,

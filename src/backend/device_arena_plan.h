@@ -24,18 +24,23 @@ constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 constexpr size_t kAttentionScoreScratchBytes = size_t{512} << 20;
 constexpr size_t kReductionScratchBytes = size_t{8} << 20;
 
-// cuDNN's workspace for the fused attention's graphs of `shape` (the deterministic backward's
-// is the largest): B·H·T² bf16 for dP, B·H·T fp32, and 256 bytes. cuDNN reports the figure itself
-// at run time; this formula matched it byte for byte on an H100 with cuDNN 9 for the 125m and 1b
-// presets at 4 × 2048 (bench/results/2026-11-27-h100) and is a prediction elsewhere.
-size_t cudnn_attention_workspace_bytes(const AttentionShape& shape);
+// cuDNN's workspace for the fused attention's graphs of `shape` (the backward's is the larger):
+//   deterministic   B·H·T² bf16 for dP, B·H·T fp32 (rowsum(dO∘O)), and 256 bytes. cuDNN reports
+//                   the figure itself at run time; this formula matched it byte for byte on an
+//                   H100 with cuDNN 9 for the 125m and 1b presets at 4 × 2048
+//                   (bench/results/2026-11-27-h100) and is a prediction elsewhere.
+//   nondeterministic (--deterministic false) the fp32 dQ accumulator, B·H·T·hd, the same B·H·T
+//                   fp32 and 256 bytes: the cuDNN frontend's own terms (its sdpa backward node),
+//                   a prediction not yet compared with cuDNN's figure on a GPU.
+size_t cudnn_attention_workspace_bytes(const AttentionShape& shape, bool deterministic = true);
 
 // The CUDA backend's device scratch outside the memory tracker's categories (metrics.jsonl's
 // backend_scratch_bytes) for a micro-batch of `shape` with activations in `storage`: the three
 // regions above, the attention scratch sized by attention_scratch_bytes, and cuDNN's workspace
-// when the attention is fused. What `estimate --backend cuda` adds to its figures.
+// when the attention is fused (for the backward `deterministic` or not). What `estimate --backend
+// cuda` adds to its figures.
 size_t cuda_backend_scratch_bytes(const AttentionShape& shape, AttentionKernel kernel,
-                                  DType storage);
+                                  DType storage, bool deterministic = true);
 
 // Rounds bytes up to a multiple of alignment (a power of two); throws zt::Error on overflow.
 size_t align_up(size_t bytes, size_t alignment = kArenaAlignment);

@@ -3,7 +3,8 @@
 
 The GPU comparison's figures rest on its bookkeeping, which a CPU run exercises the same way:
 1. run_order: every row in every round, forward in even rounds and reversed in odd ones;
-   median of odd and even counts; strongest_row picks the highest median of the prefix's rows.
+   median of odd and even counts; strongest_row picks the highest median of the prefix's rows;
+   a zerotrain row's command (+bf16, +nondeterministic; an unknown option refused).
 2. A run on the CPU (tiny preset, 3 repeats, zerotrain's default row and PyTorch eager with fp32
    and with bf16 parameters): the JSON's run_order is run_order's; every row ran 3 times; its
    figure is the median of its runs, its MFU and TFLOP/s that figure times the FLOPs per token;
@@ -41,6 +42,23 @@ def check_helpers(bench):
     check(bench.strongest_row({"zerotrain x": {"tokens_per_s": 1}}) is None,
           "strongest_row without a PyTorch row")
     print("ok   run_order, median and strongest_row")
+    args = bench.parse_arguments(["--zerotrain", "zt", "--preset", "tiny"])
+
+    def command(row):
+        return " ".join(bench.zerotrain_command(args, "d.h5", "out", row))
+
+    check("--deterministic false" in command("+nondeterministic") and
+          "--attention" not in command("+nondeterministic"), command("+nondeterministic"))
+    check(command("fused+bf16").endswith("--attention fused --activations bf16"),
+          command("fused+bf16"))
+    check(command("gemm").endswith("--attention gemm --activations fp32") and
+          "--deterministic" not in command("gemm"), command("gemm"))
+    try:
+        command("fused+fp8")
+        check(False, "the row fused+fp8 was accepted")
+    except ValueError as e:
+        check("fused+fp8" in str(e) and "fp8" in str(e), str(e))
+    print("ok   zerotrain rows: +bf16, +nondeterministic, an unknown option refused")
 
 
 def check_run(bench, zt, work):

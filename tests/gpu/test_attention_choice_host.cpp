@@ -344,7 +344,7 @@ TEST(AttentionChoice, GraphCacheBuildsOncePerShapeAndDirection) {
   // Every field is part of the key: a change in any one is another graph.
   const SdpaGraphKeyHash hash;
   const SdpaGraphKey base{a, false, DType::kBf16, {}};
-  for (int field = 0; field < 8; ++field) {
+  for (int field = 0; field < 12; ++field) {
     SdpaGraphKey other = base;
     int64_t* dims[] = {&other.shape.B, &other.shape.T, &other.shape.H, &other.shape.Hkv,
                        &other.shape.hd};
@@ -354,14 +354,29 @@ TEST(AttentionChoice, GraphCacheBuildsOncePerShapeAndDirection) {
       other.backward = true;
     else if (field == 6)
       other.io = DType::kFloat16;  // fp16 activations: cuDNN's fp16 graph
-    else
+    else if (field == 7)
       other.ragged = {1024, 8};  // document masks: the ragged graph of 8 sequences of 1024
+    else if (field == 8)
+      other.shape.scores.scale = 0.0625f;  // a model's own scale (query_pre_attn_scalar)
+    else if (field == 9)
+      other.shape.scores.softcap = 50.0f;
+    else if (field == 10)
+      other.shape.scores.window = 1024;
+    else
+      other.deterministic = false;  // --deterministic false: cuDNN's atomic dQ
     EXPECT_FALSE(other == base) << field;
     EXPECT_NE(hash(other), hash(base)) << field;
   }
+  // Equal keys hash alike, −0 and +0 among them (operator== compares the floats' values).
+  SdpaGraphKey negative_zero = base;
+  negative_zero.shape.scores.scale = -0.0f;
+  EXPECT_TRUE(negative_zero == base);
+  EXPECT_EQ(hash(negative_zero), hash(base));
   EXPECT_EQ(describe(base), "forward B=4 T=2048 H=16 Hkv=8 hd=128 bfloat16");
   EXPECT_EQ(describe(SdpaGraphKey{a, true, DType::kBf16, {512, 16}}),
             "backward B=4 T=2048 H=16 Hkv=8 hd=128 bfloat16 ragged 16 × 512");
+  EXPECT_EQ(describe(SdpaGraphKey{a, true, DType::kBf16, {}, false}),
+            "backward B=4 T=2048 H=16 Hkv=8 hd=128 bfloat16 nondeterministic");
 }
 
 // build_seconds() holds the builds' time, a build that threw included, and nothing of the gets

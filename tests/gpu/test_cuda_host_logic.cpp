@@ -193,6 +193,17 @@ TEST(DeviceArenaPlan, BackendScratchPredictionMatchesTheH100Measurements) {
   }
   EXPECT_EQ(cudnn_attention_workspace_bytes({1, 2, 1, 1, 8}), 1u * 1 * 2 * (2 * 2 + 4) + 256);
   EXPECT_THROW(cudnn_attention_workspace_bytes({1, int64_t{1} << 40, 1 << 20, 1, 8}), Error);
+  // --deterministic false: the fp32 dQ accumulator in place of dP, per query row 4·hd bytes
+  // instead of 2·T (1b at 4 × 2048: 64 MiB + the rowsums instead of 512 MiB).
+  EXPECT_EQ(cudnn_attention_workspace_bytes({1, 2, 1, 1, 8}, false),
+            1u * 1 * 2 * (4 * 8 + 4) + 256);
+  const ModelConfig one_b = preset_config("1b");
+  const AttentionShape shape_1b{4, 2048, one_b.num_heads, one_b.num_kv_heads, one_b.head_dim()};
+  EXPECT_EQ(cudnn_attention_workspace_bytes(shape_1b, false), 4u * 16 * 2048 * (4 * 128 + 4) + 256);
+  EXPECT_EQ(cuda_backend_scratch_bytes(shape_1b, AttentionKernel::kFused, DType::kBf16, false),
+            1116209408u - cudnn_attention_workspace_bytes(shape_1b) +
+                cudnn_attention_workspace_bytes(shape_1b, false));
+  EXPECT_THROW(cudnn_attention_workspace_bytes({1, 2, 1, 1, int64_t{1} << 62}, false), Error);
 }
 
 }  // namespace

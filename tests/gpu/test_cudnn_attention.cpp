@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,6 +39,7 @@
 #include "backend/cuda/cuda_device_arena.h"
 #include "backend/cuda/cuda_devices.h"
 #include "backend/cuda/cudnn_attention.h"
+#include "backend/device_arena_plan.h"
 #include "gpu_test_util.h"
 #include "util/bf16.h"
 #include "util/error.h"
@@ -274,10 +276,13 @@ void expect_bitwise(const AttentionRun& got, const AttentionRun& want) {
   EXPECT_TRUE(bitwise_equal(got.dv, want.dv, "dv"));
 }
 
-// A backend whose attention scratch holds the staging of both storage types.
-std::unique_ptr<cuda::CudaBackend> backend_with(AttentionKernel kernel, const AttentionShape& s) {
+// A backend whose attention scratch holds the staging of both storage types. deterministic: the
+// fused backward's algorithm (CudaBackendOptions::deterministic).
+std::unique_ptr<cuda::CudaBackend> backend_with(AttentionKernel kernel, const AttentionShape& s,
+                                                bool deterministic = true) {
   cuda::CudaBackendOptions options = test_options(cuda::GemmCompute::kFp32);
   options.attention = kernel;
+  options.deterministic = deterministic;
   size_t scratch = 0;
   for (DType type : {DType::kFloat32, DType::kBf16, DType::kFloat16})
     scratch =
@@ -289,12 +294,20 @@ std::unique_ptr<cuda::CudaBackend> backend_with(AttentionKernel kernel, const At
 
 // With doc_start (not empty), every run has those document masks, the reference too; and the
 // fused output must be outside the bound of the unmasked reference, so that the masks show.
+// q, k, v and dout of `s`: random values that bf16 and fp16 both hold exactly.
+struct Inputs {
+  explicit Inputs(const AttentionShape& s)
+      : q(both_16bit(random_floats(s.B * s.T * s.H * s.hd, 51, 0.5f))),
+        k(both_16bit(random_floats(s.B * s.T * s.Hkv * s.hd, 52, 0.5f))),
+        v(both_16bit(random_floats(s.B * s.T * s.Hkv * s.hd, 53))),
+        dout(both_16bit(random_floats(s.B * s.T * s.H * s.hd, 54))) {}
+  std::vector<float> q, k, v, dout;
+};
+
 void check_case(const AttentionShape& s, const std::vector<int32_t>& doc_start = {}) {
   SCOPED_TRACE(describe(s) + (doc_start.empty() ? "" : ", document masks"));
-  const int64_t q_n = s.B * s.T * s.H * s.hd, kv_n = s.B * s.T * s.Hkv * s.hd;
-  const auto q = both_16bit(random_floats(q_n, 51, 0.5f)),
-             k = both_16bit(random_floats(kv_n, 52, 0.5f)), v = both_16bit(random_floats(kv_n, 53)),
-             dout = both_16bit(random_floats(q_n, 54));
+  const Inputs in(s);
+  const std::vector<float>&q = in.q, &k = in.k, &v = in.v, &dout = in.dout;
   const Reference ref = reference(q, k, v, dout, s, doc_start);
   auto fused_backend = backend_with(AttentionKernel::kFused, s);
   auto gemm_backend = backend_with(AttentionKernel::kGemm, s);
@@ -371,6 +384,38 @@ TEST(CudnnAttention, MatchesReferenceAndGemmPath) {
     } catch (const std::exception& e) {
       ADD_FAILURE() << describe(s) << ": " << e.what();
     }
+  }
+}
+
+// --deterministic false: cuDNN's backward accumulates dQ with fp32 atomics instead of keeping dP
+// in its workspace. Only the order of dQ's fp32 sums changes, which the bound's 2T·e covers: the
+// results stay within the reference's bounds, and the workspace is the fp32 accumulator's, smaller
+// than the deterministic one's (both printed beside cudnn_attention_workspace_bytes' predictions,
+// which the estimate counts).
+TEST(CudnnAttention, NondeterministicBackwardStaysWithinTheReference) {
+  for (const AttentionShape& s :
+       {AttentionShape{2, 37, 4, 2, 16}, AttentionShape{1, 512, 4, 2, 64}}) {
+    SCOPED_TRACE(describe(s));
+    const Inputs in(s);
+    const Reference ref = reference(in.q, in.k, in.v, in.dout, s);
+    auto atomic = backend_with(AttentionKernel::kFused, s, /*deterministic=*/false);
+    auto deterministic = backend_with(AttentionKernel::kFused, s);
+    const AttentionRun got = run(*atomic, in.q, in.k, in.v, in.dout, ref, s);
+    EXPECT_TRUE(within(got.out, ref.out, ref.out_bound, "out"));
+    EXPECT_TRUE(within(got.dq, ref.dq, ref.dq_bound, "dq"));
+    EXPECT_TRUE(within(got.dk, ref.dk, ref.dk_bound, "dk"));
+    EXPECT_TRUE(within(got.dv, ref.dv, ref.dv_bound, "dv"));
+    run(*deterministic, in.q, in.k, in.v, in.dout, ref, s);
+    const int64_t atomic_bytes = atomic->attention_graph_report().value().workspace_bytes,
+                  deterministic_bytes =
+                      deterministic->attention_graph_report().value().workspace_bytes;
+    std::printf(
+        "cuDNN workspace, %s: deterministic %lld bytes (predicted %zu), atomic dQ %lld "
+        "(predicted %zu)\n",
+        describe(s).c_str(), static_cast<long long>(deterministic_bytes),
+        cuda::cudnn_attention_workspace_bytes(s), static_cast<long long>(atomic_bytes),
+        cuda::cudnn_attention_workspace_bytes(s, false));
+    EXPECT_LT(atomic_bytes, deterministic_bytes);
   }
 }
 

@@ -550,5 +550,42 @@ TEST(EstimateCommand, BackendPicksTrainsDefaultActivationStorage) {
   EXPECT_NE(bad.output.find("gpu"), std::string::npos) << bad.output;
 }
 
+// --deterministic false plans the fused backward's atomic-dQ workspace (its fp32 accumulator in
+// place of dP), puts the flag into the recommended train command, and is refused where it cannot
+// mean anything (the CPU backend) or contradicts the run (--world-invariant), naming the options.
+TEST(EstimateCommand, DeterministicFalseCountsTheAtomicBackwardsWorkspace) {
+  const std::string run = "estimate --preset 125m --micro-batch 4 --seq-len 2048 --backend cuda ";
+  auto json_of = [&](const std::string& extra) {
+    const auto r = train_test::run_zerotrain(run + "--json " + extra);
+    EXPECT_EQ(r.exit_code, 0) << extra << ": " << r.output;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.output) : nlohmann::json::object();
+  };
+  const nlohmann::json deterministic = json_of(""), atomic = json_of("--deterministic false");
+  ASSERT_EQ(deterministic["backend_scratch"]["attention"], "fused");
+  const ModelConfig c = preset_config("125m");
+  const AttentionShape shape{4, 2048, c.num_heads, c.num_kv_heads, c.head_dim()};
+  EXPECT_EQ(deterministic["backend_scratch"]["bytes"].get<int64_t>() -
+                atomic["backend_scratch"]["bytes"].get<int64_t>(),
+            static_cast<int64_t>(cuda::cudnn_attention_workspace_bytes(shape) -
+                                 cuda::cudnn_attention_workspace_bytes(shape, false)));
+  EXPECT_EQ(deterministic["stages"], atomic["stages"]);  // the categories do not change
+  const auto text = train_test::run_zerotrain(run + "--device-memory 80 --deterministic false");
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("--deterministic false)"), std::string::npos) << text.output;
+  EXPECT_EQ(train_test::run_zerotrain(run + "--device-memory 80").output.find("--deterministic"),
+            std::string::npos);
+  const auto cpu = train_test::run_zerotrain(
+      "estimate --preset tiny --backend cpu "
+      "--deterministic false");
+  EXPECT_NE(cpu.exit_code, 0);
+  EXPECT_NE(cpu.output.find("--deterministic false needs the CUDA backend"), std::string::npos)
+      << cpu.output;
+  const auto invariant = train_test::run_zerotrain(run + "--world-invariant --deterministic false");
+  EXPECT_NE(invariant.exit_code, 0);
+  EXPECT_NE(invariant.output.find("--deterministic false and --world-invariant contradict"),
+            std::string::npos)
+      << invariant.output;
+}
+
 }  // namespace
 }  // namespace zt

@@ -114,7 +114,7 @@ CudaBackend::CudaBackend(int device, const CudaBackendOptions& options)
                                     options.gemm_compute);
   if (options.attention == AttentionKernel::kFused) {
 #if ZEROTRAIN_HAVE_CUDNN
-    s.fused_attention = std::make_unique<CudnnAttention>(s.stream);
+    s.fused_attention = std::make_unique<CudnnAttention>(s.stream, options.deterministic);
 #else
     throw Error("CUDA backend: fused attention requested, but this build has no cuDNN");
 #endif

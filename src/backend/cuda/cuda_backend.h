@@ -23,8 +23,9 @@
 //     CPU's order and AdamW evaluates cpu_adam.h's formula with the same roundings: bitwise equal
 //     to the CPU backend.
 //   * Fused attention (--attention fused, cudnn_attention.h): cuDNN SDPA on bf16 q/k/v (copies
-//     when stored in fp32), fp32 statistics; deterministic backward. Checked on an H100
-//     (tests/gpu).
+//     when stored in fp32), fp32 statistics; deterministic backward, unless
+//     options.deterministic is false (--deterministic false: dQ accumulated with atomics, the
+//     one kernel whose bits then vary from run to run). Checked on an H100 (tests/gpu).
 //   * Kernels cannot throw: an out-of-range token id gives a NaN embedding row / NaN loss and
 //     NaN dlogits row, which the engine's non-finite check reports; embedding_backward skips
 //     negative ids.
@@ -79,13 +80,17 @@ struct CudaBackendOptions {
   // statistics staging (attention_scratch_bytes sizes it for a micro-batch and storage type).
   size_t attention_scratch_bytes = kAttentionScoreScratchBytes;
   size_t reduction_scratch_bytes = kReductionScratchBytes;  // rmsnorm dg / sum_squares partials
+  // false (--deterministic false): kernels whose bits may vary from run to run where they are
+  // faster; today the fused attention's backward (SdpaGraphKey::deterministic).
+  bool deterministic = true;
 
   // The options of a backend that runs `kernel` on micro-batches of `shape` with activations in
   // `storage`: its attention scratch sized for them (what cuda_backend_scratch_bytes counts).
   static CudaBackendOptions for_micro_batch(AttentionKernel kernel, const AttentionShape& shape,
-                                            DType storage) {
+                                            DType storage, bool deterministic = true) {
     CudaBackendOptions options;
     options.attention = kernel;
+    options.deterministic = deterministic;
     options.attention_scratch_bytes = zt::attention_scratch_bytes(
         shape, kernel, storage, options.attention_scratch_bytes, kArenaAlignment);
     return options;

@@ -3,8 +3,10 @@
 //   forward   O = softmax(scale·Q·Kᵀ + causal mask)·V,  Stats = log Σ_j exp(scale·q·k_j)
 //   backward  P = exp(scale·Q·Kᵀ − Stats);  dV = Pᵀ·dO;  dP = dO·Vᵀ;
 //             dS = P∘(dP − rowsum(dO∘O))·scale;  dQ = dS·K;  dK = dSᵀ·Q
-// cuDNN evaluates both without forming P; the backward runs its deterministic algorithm (dQ
-// accumulated in a fixed order), so two runs give the same bits, as every other op does.
+// cuDNN evaluates both without forming P; the backward runs its deterministic algorithm (dP kept
+// in the workspace, dQ = dS·K a product of its own), so two runs give the same bits, as every
+// other op does; with --deterministic false (SdpaGraphKey::deterministic) it accumulates dQ in
+// fp32 with atomics, in an order that varies from run to run.
 #include "backend/cuda/cudnn_attention.h"
 
 #include <cudnn.h>
@@ -212,7 +214,7 @@ std::shared_ptr<BuiltGraph> build_backward(cudnnHandle_t handle, const SdpaGraph
                      .set_name("sdpa_backward")
                      .set_causal_mask(true)
                      .set_attn_scale(attention_scale(s))
-                     .set_deterministic_algorithm(true);
+                     .set_deterministic_algorithm(key.deterministic);
   start.mask_documents(options);
   // The ragged graph's own buffers (softmax sums, dK/dV of grouped heads) sized by the tokens
   // there are, not by sequences × L.
@@ -329,6 +331,7 @@ class RaggedTable {
 
 struct CudnnAttention::Impl {
   cudaStream_t stream = nullptr;
+  bool deterministic = true;  // the backward's algorithm (SdpaGraphKey::deterministic)
   cudnnHandle_t handle = nullptr;
   BuildOnceCache<SdpaGraphKey, BuiltGraph, SdpaGraphKeyHash> graphs;
   // cuDNN's workspace, sized for the largest graph prepared or run so far: allocated by prepare
@@ -347,6 +350,12 @@ struct CudnnAttention::Impl {
   std::optional<RaggedDocuments> documents;
   bool documents_fitted = false;
   RaggedTable table;
+
+  // The key of a graph of this attention (a forward has one algorithm: deterministic).
+  SdpaGraphKey graph_key(const AttentionShape& s, bool backward, DType io,
+                         RaggedGraphShape ragged = {}) const {
+    return {s, backward, io, ragged, deterministic || !backward};
+  }
 
   void* workspace_for(const SdpaGraphKey& key, const BuiltGraph& built) {
     ZT_CHECK(built.workspace >= 0,
@@ -384,7 +393,7 @@ struct CudnnAttention::Impl {
   // fits, the K that asks for the least grows it.
   void fit_documents(const AttentionShape& s, DType io, bool backward) {
     if (documents_fitted) return;
-    SdpaGraphKey probe{s, backward || prepared_backward, io, documents->graph};
+    SdpaGraphKey probe = graph_key(s, backward || prepared_backward, io, documents->graph);
     const auto most_workspace = [&](int64_t K) {
       size_t most = 0;
       for (int64_t sequences : regrouped(*documents, K).call_sequences) {
@@ -405,7 +414,7 @@ struct CudnnAttention::Impl {
              "fused attention: " + describe(s) +
                  ": a soft cap or a sliding window is not implemented on the fused path "
                  "(choose_attention keeps such a model on the GEMM path)");
-    if (!with_documents) return {s, backward, io, {}};
+    if (!with_documents) return graph_key(s, backward, io);
     ZT_CHECK(documents.has_value(),
              "fused attention with document masks: no documents were set for the micro-batch "
              "(Backend::set_document_layout)");
@@ -415,7 +424,7 @@ struct CudnnAttention::Impl {
                  ", the call has " + describe(s));
     fit_documents(s, io, backward);
     table.upload(*documents, s, stream);
-    return {s, backward, io, documents->graph};
+    return graph_key(s, backward, io, documents->graph);
   }
 
   // Throws, before anything is enqueued, when the staging does not fit in the scratch.
@@ -478,8 +487,10 @@ struct CudnnAttention::Impl {
   };
 };
 
-CudnnAttention::CudnnAttention(cudaStream_t stream) : impl_(std::make_unique<Impl>()) {
+CudnnAttention::CudnnAttention(cudaStream_t stream, bool deterministic)
+    : impl_(std::make_unique<Impl>()) {
   impl_->stream = stream;
+  impl_->deterministic = deterministic;
   check_cudnn(cudnnCreate(&impl_->handle), "cudnnCreate");
   const cudnnStatus_t status = cudnnSetStream(impl_->handle, stream);
   if (status != CUDNN_STATUS_SUCCESS) {
@@ -508,16 +519,17 @@ void CudnnAttention::set_documents(const int32_t* host_doc_start, int64_t B, int
 void CudnnAttention::prepare(const AttentionShape& shape, DType storage, bool with_backward,
                              bool document_masks) {
   const DType io = sdpa_io(storage);
-  std::vector<SdpaGraphKey> keys = {{shape, false, io, {}}};
+  std::vector<SdpaGraphKey> keys = {impl_->graph_key(shape, false, io)};
   // The documents' graph with the largest workspace a micro-batch can ask for (sequences of the
   // whole window: the plain graph's scores, ragged_graph_shape), so that the workspace is
   // complete now; the graphs for other document counts and lengths are built at their first
   // micro-batch and fit in it.
   if (document_masks)
-    keys.push_back({shape, false, io, ragged_graph_shape(shape.B, shape.T, shape.T, shape.B)});
+    keys.push_back(
+        impl_->graph_key(shape, false, io, ragged_graph_shape(shape.B, shape.T, shape.T, shape.B)));
   if (with_backward)
     for (size_t i = 0, n = keys.size(); i < n; ++i)
-      keys.push_back({keys[i].shape, true, io, keys[i].ragged});
+      keys.push_back(impl_->graph_key(keys[i].shape, true, io, keys[i].ragged));
   // The workspace too, now, before the engine's buffers take the device: the run's scratch is
   // complete at start-up (scratch_bytes), and a workspace that cannot be had is a refusal here
   // rather than an error at the first step.

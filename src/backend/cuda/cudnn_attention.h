@@ -1,6 +1,8 @@
 // Causal grouped-query attention through cuDNN's fused SDPA (the cuDNN frontend's graph API):
 // one flash-style kernel per pass (the forward keeps no T×T matrix; the deterministic backward's
-// cuDNN workspace holds dP, B·H·T² bf16, which this class allocates at prepare or at first use).
+// cuDNN workspace holds dP, B·H·T² bf16, which this class allocates at prepare or at first use;
+// with --deterministic false the backward accumulates dQ with atomics instead, its workspace the
+// fp32 accumulator).
 // Built only when cuDNN and its frontend headers were found (ZEROTRAIN_HAVE_CUDNN); the backend's
 // --attention choice (backend/attention_choice.h) decides whether it runs.
 //
@@ -47,8 +49,9 @@ namespace zt::cuda {
 
 class CudnnAttention {
  public:
-  // Creates the cuDNN handle on `stream` (every graph runs there).
-  explicit CudnnAttention(cudaStream_t stream);
+  // Creates the cuDNN handle on `stream` (every graph runs there). deterministic: the backward's
+  // algorithm (SdpaGraphKey::deterministic; false with --deterministic false).
+  explicit CudnnAttention(cudaStream_t stream, bool deterministic = true);
   ~CudnnAttention();
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;
