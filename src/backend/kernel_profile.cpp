@@ -51,8 +51,9 @@ KernelCategory classify_kernel(std::string_view name) {
   if (any({"nccl", "rank_tree_add"})) return KernelCategory::kCommunication;
   if (any({"nvjet", "gemm", "gemv", "cutlass", "splitKreduce", "cublasLt::", "cublas"}))
     return KernelCategory::kGemm;
-  if (any({"elementwise_kernel", "rmsnorm", "rope", "swiglu", "bias_", "embedding_", "column_sum",
-           "Convert", "AddInPlace", "dropout_kernel", "dora_",
+  // RoPE by its elementwise body's name (a bare "rope" is inside words: "Property").
+  if (any({"elementwise_kernel", "rmsnorm", "RopeRotate", "swiglu", "bias_", "embedding_",
+           "column_sum", "Convert", "AddInPlace", "dropout_kernel", "dora_",
            // the model's scaling passes (MapInPlace: ScaleBy for LoRA's rank-r products and
            // Gemma's embedding, SoftCap for Gemma 2's logits)
            "MapInPlace",

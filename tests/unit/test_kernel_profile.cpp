@@ -120,6 +120,9 @@ TEST(KernelProfile, LibraryKernelsFromRealProfilesHaveTheirCategory) {
   }
   EXPECT_GE(rows, 12);
   EXPECT_EQ(classify_kernel("some_new_library_kernel"), KernelCategory::kOther);
+  // Our names are matched as names, not as fragments of other words ("rope" in "Property").
+  EXPECT_EQ(classify_kernel("void lib::PropertyUpdateKernel<float>(float*)"),
+            KernelCategory::kOther);
 }
 
 DeviceActivity kernel(const std::string& name, uint64_t start, uint64_t end) {
