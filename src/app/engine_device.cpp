@@ -125,6 +125,12 @@ std::unique_ptr<cuda::CudaBackend> agreed_backend(MpiCommunicator& host, int dev
     if (!attention.deterministic && attention.backward) choice.why += ", nondeterministic backward";
     return fused;
   }
+  // The GEMM attention is deterministic either way; cuDNN refuses its deterministic backward on
+  // Blackwell (sm_100), where --deterministic false is what lets the fused one run.
+  if (!attention.deterministic)
+    choice.why += " (--deterministic false: only the fused attention has a faster backward)";
+  else if (attention.backward && cuda_compute_capability_major(device) == 10)
+    choice.why += " (on Blackwell cuDNN's fused backward runs with --deterministic false only)";
   fused.reset();  // its device memory goes before the gemm backend takes its own
   return make_cuda_backend(device, cuda::CudaBackendOptions::for_micro_batch(
                                        AttentionKernel::kGemm, attention.shape, attention.storage));

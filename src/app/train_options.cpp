@@ -306,6 +306,7 @@ TrainingHyperparameters TrainOptions::hyperparameters(const std::string& data_id
   h.data_seed = static_cast<uint64_t>(seed);
   h.data_identity = data_identity;
   h.world_invariant = zero.world_invariant;
+  h.deterministic = deterministic;
   h.backend = backend_kind_name(backend_kind);  // what computes the math: "cpu" | "cuda"
   h.attention = attention_kernel;
   h.activations = activation_storage_name(activations);

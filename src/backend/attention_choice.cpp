@@ -221,15 +221,17 @@ std::vector<int64_t> RaggedDocuments::call_token_offsets(int64_t c) const {
   return offsets;
 }
 
-int64_t sequences_within_workspace(int64_t first, size_t limit,
-                                   const std::function<size_t(int64_t)>& workspace_of) {
+int64_t sequences_within_workspace(
+    int64_t first, size_t limit,
+    const std::function<std::optional<size_t>(int64_t)>& workspace_of) {
   if (limit == 0) return first;
-  int64_t least = first;  // where none fits: the K whose workspace grows the least
+  int64_t least = 0;  // where none fits: the K whose workspace grows the least (0: none built)
   size_t least_bytes = std::numeric_limits<size_t>::max();
   for (int64_t K = first; K >= 1; K /= 2) {
-    const size_t bytes = workspace_of(K);
-    if (bytes <= limit) return K;
-    if (bytes < least_bytes) least = K, least_bytes = bytes;
+    const std::optional<size_t> bytes = workspace_of(K);
+    if (!bytes) continue;  // cuDNN refused K's graphs
+    if (*bytes <= limit) return K;
+    if (least == 0 || *bytes < least_bytes) least = K, least_bytes = *bytes;
   }
   return least;
 }

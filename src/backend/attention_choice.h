@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -119,10 +120,12 @@ RaggedDocuments ragged_documents(const int32_t* doc_start, int64_t B, int64_t T)
 RaggedDocuments regrouped(RaggedDocuments docs, int64_t sequences);
 // The sequences per graph a micro-batch runs with: `first` (ragged_graph_shape's choice) halved
 // until workspace_of(K), the bytes cuDNN asks for that graph, is at most `limit`; `first` when no
-// limit was prepared (0). When no K down to 1 fits, the K that asks for the fewest bytes: the
-// workspace must grow mid-run then, and grows the least (a mid-run allocation is what can fail).
-int64_t sequences_within_workspace(int64_t first, size_t limit,
-                                   const std::function<size_t(int64_t)>& workspace_of);
+// limit was prepared (0). workspace_of(K) is nullopt where cuDNN refuses to build K's graphs: that
+// K is passed over, and a smaller one may build. When no K down to 1 fits, the K that asks for
+// the fewest bytes: the workspace must grow mid-run then, and grows the least (a mid-run
+// allocation is what can fail). 0 when cuDNN refuses every K.
+int64_t sequences_within_workspace(
+    int64_t first, size_t limit, const std::function<std::optional<size_t>(int64_t)>& workspace_of);
 
 // Everything a cuDNN SDPA graph is specialised on: a graph built for one key runs only that key.
 // The scale (the model's, in shape.scores) and the causal mask follow from the shape.

@@ -32,6 +32,9 @@ constexpr size_t kReductionScratchBytes = size_t{8} << 20;
 //   nondeterministic (--deterministic false) the fp32 dQ accumulator, B·H·T·hd, the same B·H·T
 //                   fp32 and 256 bytes: the cuDNN frontend's own terms (its sdpa backward node),
 //                   a prediction not yet compared with cuDNN's figure on a GPU.
+// Both are for the plain causal graphs. The ragged graphs of document masks with GQA (H > Hkv)
+// also keep dK and dV per query head in fp32 in the workspace (2·B·T·H·hd·4 bytes, the
+// frontend's), which this does not count; CudnnAttention allocates what cuDNN asks either way.
 size_t cudnn_attention_workspace_bytes(const AttentionShape& shape, bool deterministic = true);
 
 // The CUDA backend's device scratch outside the memory tracker's categories (metrics.jsonl's

@@ -81,6 +81,7 @@ nlohmann::json TrainingHyperparameters::to_json() const {
           {"data_seed", data_seed},
           {"data_identity", data_identity},
           {"world_invariant", world_invariant},
+          {"deterministic", deterministic},
           {"backend", backend},
           {"attention", attention},
           {"activations", activations},
@@ -115,6 +116,7 @@ TrainingHyperparameters TrainingHyperparameters::from_json(const nlohmann::json&
   h.data_identity = j.value("data_identity", "");
   h.world_invariant_recorded = j.contains("world_invariant");
   h.world_invariant = j.value("world_invariant", false);
+  h.deterministic = j.value("deterministic", true);
   h.backend = j.value("backend", "");
   h.attention = j.value("attention", "");
   h.activations = j.value("activations", "");

@@ -56,6 +56,8 @@ struct TrainingHyperparameters {
   std::string data_identity;             // TokenDataset::identity() ("" in version-1 checkpoints)
   bool world_invariant = false;          // ZeroConfig::world_invariant
   bool world_invariant_recorded = true;  // false: an older checkpoint, which did not record it
+  // --deterministic (true in checkpoints written before it was recorded: every run was then)
+  bool deterministic = true;
   // What computed the run, so that a resume on other arithmetic warns: the backend ("cpu" |
   // "cuda"), the attention kernel it ran ("cpu": the CPU backend's one; "gemm" | "fused") and the
   // activations' storage ("fp32" | "bf16" | "fp16"). Empty in checkpoints written before they were

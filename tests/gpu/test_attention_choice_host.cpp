@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -320,6 +321,15 @@ TEST(AttentionChoice, SequencesAreHalvedUntilTheWorkspaceFits) {
   // cuDNN's figures need not shrink with K (its tiles pad each call): the least is taken.
   const std::map<int64_t, size_t> padded = {{8, 900}, {4, 500}, {2, 300}, {1, 400}};
   EXPECT_EQ(sequences_within_workspace(8, 200, [&](int64_t K) { return padded.at(K); }), 2);
+  // A K whose graphs cuDNN refuses (nullopt) is passed over: a smaller one that fits is taken,
+  // a refused one is never the least, and where every K is refused the answer is 0.
+  const std::map<int64_t, std::optional<size_t>> refused_at_8 = {
+      {8, std::nullopt}, {4, 100}, {2, 50}, {1, 25}};
+  EXPECT_EQ(sequences_within_workspace(8, 200, [&](int64_t K) { return refused_at_8.at(K); }), 4);
+  const std::map<int64_t, std::optional<size_t>> refused_small = {
+      {8, 900}, {4, std::nullopt}, {2, 300}, {1, std::nullopt}};
+  EXPECT_EQ(sequences_within_workspace(8, 200, [&](int64_t K) { return refused_small.at(K); }), 2);
+  EXPECT_EQ(sequences_within_workspace(8, 200, [](int64_t) { return std::optional<size_t>(); }), 0);
 }
 
 TEST(AttentionChoice, GraphCacheBuildsOncePerShapeAndDirection) {

@@ -292,8 +292,6 @@ std::unique_ptr<cuda::CudaBackend> backend_with(AttentionKernel kernel, const At
   return make_cuda_backend(0, options);
 }
 
-// With doc_start (not empty), every run has those document masks, the reference too; and the
-// fused output must be outside the bound of the unmasked reference, so that the masks show.
 // q, k, v and dout of `s`: random values that bf16 and fp16 both hold exactly.
 struct Inputs {
   explicit Inputs(const AttentionShape& s)
@@ -304,6 +302,8 @@ struct Inputs {
   std::vector<float> q, k, v, dout;
 };
 
+// With doc_start (not empty), every run has those document masks, the reference too; and the
+// fused output must be outside the bound of the unmasked reference, so that the masks show.
 void check_case(const AttentionShape& s, const std::vector<int32_t>& doc_start = {}) {
   SCOPED_TRACE(describe(s) + (doc_start.empty() ? "" : ", document masks"));
   const Inputs in(s);
@@ -389,9 +389,9 @@ TEST(CudnnAttention, MatchesReferenceAndGemmPath) {
 
 // --deterministic false: cuDNN's backward accumulates dQ with fp32 atomics instead of keeping dP
 // in its workspace. Only the order of dQ's fp32 sums changes, which the bound's 2T·e covers: the
-// results stay within the reference's bounds, and the workspace is the fp32 accumulator's, smaller
-// than the deterministic one's (both printed beside cudnn_attention_workspace_bytes' predictions,
-// which the estimate counts).
+// results stay within the reference's bounds, and the workspace is the fp32 accumulator's, less
+// than half the deterministic one's at T = 512 (both printed beside
+// cudnn_attention_workspace_bytes' predictions, which the estimate counts).
 TEST(CudnnAttention, NondeterministicBackwardStaysWithinTheReference) {
   for (const AttentionShape& s :
        {AttentionShape{2, 37, 4, 2, 16}, AttentionShape{1, 512, 4, 2, 64}}) {
@@ -415,7 +415,11 @@ TEST(CudnnAttention, NondeterministicBackwardStaysWithinTheReference) {
         describe(s).c_str(), static_cast<long long>(deterministic_bytes),
         cuda::cudnn_attention_workspace_bytes(s), static_cast<long long>(atomic_bytes),
         cuda::cudnn_attention_workspace_bytes(s, false));
-    EXPECT_LT(atomic_bytes, deterministic_bytes);
+    // At T = 512 dP (2 MiB) is four times the accumulator (512 KiB): the flag reached cuDNN. (At
+    // T = 37 the two are within a few KiB of each other, too close to tell.)
+    if (s.T == 512) {
+      EXPECT_LT(2 * atomic_bytes, deterministic_bytes);
+    }
   }
 }
 

@@ -303,6 +303,17 @@ TEST(CheckpointManifest, HyperparameterChangesFailOrWarn) {
   EXPECT_NE(toggle_warnings[0].find("world_invariant: checkpoint false, run true"),
             std::string::npos)
       << toggle_warnings[0];
+  // --deterministic toggled: recorded, compared; a checkpoint from before it was deterministic.
+  TrainingHyperparameters atomic = m.hyper;
+  atomic.deterministic = false;
+  EXPECT_FALSE(TrainingHyperparameters::from_json(atomic.to_json()).deterministic);
+  const auto atomic_warnings = check_resume_hyperparameters(m, atomic, 2, "bf16", "c");
+  ASSERT_EQ(atomic_warnings.size(), 1u);
+  EXPECT_NE(atomic_warnings[0].find("deterministic: checkpoint true, run false"), std::string::npos)
+      << atomic_warnings[0];
+  nlohmann::json before_deterministic = m.hyper.to_json();
+  before_deterministic.erase("deterministic");
+  EXPECT_TRUE(TrainingHyperparameters::from_json(before_deterministic).deterministic);
   // A checkpoint from before the key existed: nothing to compare, no warning.
   nlohmann::json unrecorded = m.hyper.to_json();
   unrecorded.erase("world_invariant");

@@ -349,6 +349,8 @@ struct CudnnAttention::Impl {
   // workspace (fit_documents), and their device table.
   std::optional<RaggedDocuments> documents;
   bool documents_fitted = false;
+  // The ragged graphs cuDNN refused to build, with its reason (fit_documents passes their K over).
+  std::unordered_map<SdpaGraphKey, std::string, SdpaGraphKeyHash> refused;
   RaggedTable table;
 
   // The key of a graph of this attention (a forward has one algorithm: deterministic).
@@ -384,28 +386,51 @@ struct CudnnAttention::Impl {
     });
   }
 
+  // The graph of `key`, or null where cuDNN refused to build it, now or before (the reason is
+  // kept, so that later micro-batches do not ask again).
+  BuiltGraph* graph_unless_refused(const SdpaGraphKey& key) {
+    if (refused.count(key)) return nullptr;
+    try {
+      return &graph(key);
+    } catch (const Error& e) {
+      refused.emplace(key, e.what());
+      return nullptr;
+    }
+  }
+
   // Once per micro-batch: halves the documents' K (ragged_graph_shape's first choice) until the
   // graphs that need the most workspace, the backward ones in training (those of every call the
   // grouping makes: K and the smaller powers of two of the rest), fit the workspace prepare()
   // allocated, as cuDNN reports it; so that a micro-batch of many short documents (whose scores
-  // cuDNN pads to its tiles) runs more calls instead of growing the workspace mid-run. Without a
-  // prepared workspace, the first choice stays and the workspace grows at the call; where no K
-  // fits, the K that asks for the least grows it.
+  // cuDNN pads to its tiles) runs more calls instead of growing the workspace mid-run. A K whose
+  // graphs cuDNN refuses is passed over for a smaller one. Without a prepared workspace, the first
+  // choice stays and the workspace grows at the call; where no K fits, the K that asks for the
+  // least grows it; where cuDNN refuses every K, a zt::Error names its first reason.
   void fit_documents(const AttentionShape& s, DType io, bool backward) {
     if (documents_fitted) return;
     SdpaGraphKey probe = graph_key(s, backward || prepared_backward, io, documents->graph);
-    const auto most_workspace = [&](int64_t K) {
+    std::string first_refusal;
+    const auto most_workspace = [&](int64_t K) -> std::optional<size_t> {
       size_t most = 0;
       for (int64_t sequences : regrouped(*documents, K).call_sequences) {
         probe.ragged.sequences = sequences;
-        most = std::max(most, static_cast<size_t>(std::max<int64_t>(graph(probe).workspace, 0)));
+        const BuiltGraph* built = graph_unless_refused(probe);
+        if (built == nullptr) {
+          if (first_refusal.empty()) first_refusal = refused.at(probe);
+          return std::nullopt;
+        }
+        most = std::max(most, static_cast<size_t>(std::max<int64_t>(built->workspace, 0)));
       }
       return most;
     };
     const int64_t K =
         sequences_within_workspace(documents->graph.sequences, prepared_workspace, most_workspace);
+    ZT_CHECK(K > 0, "fused attention with document masks: cuDNN refuses the ragged graphs of " +
+                        std::to_string(documents->documents) + " documents at every call size " +
+                        "from " + std::to_string(documents->graph.sequences) +
+                        " sequences down to 1: " + first_refusal);
     if (K != documents->graph.sequences) documents = regrouped(std::move(*documents), K);
-    documents_fitted = true;  // only once every probe was built (a refusal throws before)
+    documents_fitted = true;  // only once every probe was built
   }
 
   // The graph key of a call: the documents' ragged layout when the call has document masks.
