@@ -512,9 +512,9 @@ class SftOracle:
         # 5. generate on the trained model: greedy against transformers' generate(), the text
         # against its tokenizer's decode; sampling with top-k 1 is greedy again.
         prompt = records[0]["question"]
-        ours = json.loads(run_tool([zt, "generate", "--model", work("run", "final"), "--prompt",
-                                    prompt, "--max-new-tokens", "12", "--json"] + python)
-                          .strip().splitlines()[-1])
+        ours = last_json_line(run_tool([zt, "generate", "--model", work("run", "final"),
+                                        "--prompt", prompt, "--max-new-tokens", "12", "--json"]
+                                       + python))
         ids = torch.tensor([reference(prompt)["input_ids"]])
         check(ours["prompt_tokens"] == ids[0].tolist(),
               f"generate encoded the prompt as {ours['prompt_tokens']}, transformers as "
@@ -546,10 +546,9 @@ class SftOracle:
                   f"generate: {len(ours['new_tokens'])} new tokens, transformers {len(hf_new)}")
         check(ours["text"] == reference.decode(ours["new_tokens"], skip_special_tokens=True),
               f"generate decoded {ours['text']!r}")
-        top1 = json.loads(run_tool([zt, "generate", "--model", work("run", "final"), "--prompt",
-                                    prompt, "--max-new-tokens", "12", "--json", "--do-sample",
-                                    "--top-k", "1", "--seed", "9"] + python)
-                          .strip().splitlines()[-1])
+        top1 = last_json_line(run_tool([zt, "generate", "--model", work("run", "final"),
+                                        "--prompt", prompt, "--max-new-tokens", "12", "--json",
+                                        "--do-sample", "--top-k", "1", "--seed", "9"] + python))
         check(top1["new_tokens"] == ours["new_tokens"], "sampling with top-k 1 is not greedy")
         print(f"ok   generate: greedy {ours['new_tokens']} as transformers' greedy decoding, "
               f"text {ours['text']!r} as its decode")

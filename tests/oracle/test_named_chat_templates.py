@@ -46,7 +46,7 @@ from types import SimpleNamespace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
-                            require_venv_modules, run_tool)
+                            last_json_line, require_venv_modules, run_tool)
 from test_chat_templates import tokenizer_dir  # noqa: E402
 from test_gguf import metadata, model_tensors, train_vocab, write_gguf  # noqa: E402
 from test_hf_tokenizer import refused  # noqa: E402
@@ -332,8 +332,8 @@ def check_generate_prompts(zt, imported, tok, given):
             ("--messages, a system message and a round before",
              ["--messages", conversations["rounds"][0]], conversations["rounds"][1], None,
              None)):
-        answer = json.loads(run_tool([zt, "generate", "--model", imported, "--max-new-tokens", "1",
-                                      "--json"] + extra).strip().splitlines()[-1])
+        answer = last_json_line(run_tool([zt, "generate", "--model", imported,
+                                          "--max-new-tokens", "1", "--json"] + extra))
         want = tok.apply_chat_template(messages, tools=tools, chat_template=name,
                                        add_generation_prompt=True)
         check(answer["prompt_tokens"] == want, f"generate with {label}: prompt ids "
@@ -357,9 +357,8 @@ def check_empty_tools(work, zt, imported, tok, given):
                 "{% for m in messages %}{{ m['content'] }}{% endfor %}")
     tells = saved_as_files(imported, work("generate", "tells-empty-from-none"),
                            {"default": template})
-    answer = json.loads(run_tool([zt, "generate", "--model", tells, "--chat", message,
-                                  "--max-new-tokens", "1", "--json", "--tools", empty_file])
-                        .strip().splitlines()[-1])
+    answer = last_json_line(run_tool([zt, "generate", "--model", tells, "--chat", message,
+                                      "--max-new-tokens", "1", "--json", "--tools", empty_file]))
     as_none, as_empty = (tok.apply_chat_template([{"role": "user", "content": message}],
                                                  tools=tools, chat_template=template,
                                                  add_generation_prompt=True)
