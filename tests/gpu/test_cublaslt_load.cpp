@@ -4,6 +4,7 @@
 // loader's errors name the library, what needed it and the missing symbol.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -24,10 +25,23 @@ bool mapped_in_this_process(const std::string& library) {
   return false;
 }
 
-// Each test runs in a process of its own (gtest_discover_tests), so nothing before it loaded
-// the library.
+// The mapping is checked in a fresh process (gtest's threadsafe death-test style re-executes the
+// binary for this statement alone), so that the result does not depend on whether another test
+// of the same process loaded the library first: exit 0 when it was unmapped at start and mapped
+// after the first use.
 TEST(CublasLtLoad, MappedAtTheFirstUseNotAtStart) {
-  EXPECT_FALSE(mapped_in_this_process("libcublasLt.so"));
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const bool at_start = mapped_in_this_process("libcublasLt.so");
+        cublaslt();
+        std::exit(!at_start && mapped_in_this_process("libcublasLt.so") ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// Every entry point of the header's major, bound once.
+TEST(CublasLtLoad, HasEveryEntryPointOfTheHeadersMajor) {
   const CublasLtApi& api = cublaslt();
   EXPECT_TRUE(mapped_in_this_process("libcublasLt.so"));
   EXPECT_EQ(api.get_version() / 10000, size_t{CUBLAS_VER_MAJOR});
