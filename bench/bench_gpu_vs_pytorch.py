@@ -45,16 +45,31 @@ import torch.nn.functional as F
 _SDPA_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
 
 
-def zerotrain_command(args, data, out, row):
-    """The train command of a zerotrain row: an --attention value, optionally with "+bf16" for
-    --activations bf16 (e.g. "fused+bf16"); without it the row runs --activations fp32. An empty
-    --attention runs zerotrain's defaults. "+nondeterministic" adds --deterministic false (e.g.
-    "+nondeterministic": the defaults so). ValueError for another option."""
+def row_parts(row, zerotrain_args=()):
+    """A zerotrain row's --attention value and its options: "bf16" (--activations bf16, with a
+    named attention: without one the row runs the backend's default activations) and
+    "nondeterministic" (--deterministic false, which --zerotrain-arg must not set too).
+    ValueError naming the row otherwise."""
     attention, *options = row.split("+")
     unknown = set(options) - {"bf16", "nondeterministic"}
     if unknown:
         raise ValueError(f"zerotrain row {row!r}: unknown {sorted(unknown)} "
                          "(rows are ATTENTION[+bf16][+nondeterministic])")
+    if "bf16" in options and not attention:
+        raise ValueError(f"zerotrain row {row!r}: +bf16 needs an attention (e.g. fused+bf16); "
+                         "the defaults' row runs the backend's own activations")
+    if "nondeterministic" in options and any(a.split("=")[0] == "--deterministic"
+                                             for a in zerotrain_args):
+        raise ValueError(f"zerotrain row {row!r}: --zerotrain-arg sets --deterministic already")
+    return attention, options
+
+
+def zerotrain_command(args, data, out, row):
+    """The train command of a zerotrain row: an --attention value, optionally with "+bf16" for
+    --activations bf16 (e.g. "fused+bf16"); without it the row runs --activations fp32. An empty
+    --attention runs zerotrain's defaults. "+nondeterministic" adds --deterministic false (e.g.
+    "+nondeterministic": the defaults so). ValueError for a row row_parts refuses."""
+    attention, options = row_parts(row, args.zerotrain_arg)
     activations = "bf16" if "bf16" in options else ""
     cmd = [args.zerotrain, "train", "--backend", args.backend, "--preset", args.preset,
            "--data", data, "--out", out, "--steps", str(args.steps),
@@ -312,6 +327,11 @@ def parse_arguments(argv=None):
     p.add_argument("--json-out", help="write the figures here as JSON")
     args = p.parse_args(argv)
     args.backend = args.backend or args.device
+    for row in args.attentions.split(",") if args.attentions else []:
+        try:
+            row_parts(row, args.zerotrain_arg)
+        except ValueError as e:
+            p.error(f"--attentions: {e}")
     return args
 
 

@@ -201,6 +201,8 @@ bool changes_trajectory(const std::string& key, const nlohmann::json& config) {
   if ((key == "save_every" || key == "save_consolidated_every" || key == "eval_every") &&
       config.value("offload_optimizer_delay", 0) > 0)
     return true;
+  // --deterministic changes only the fused attention's backward.
+  if (key == "deterministic") return config.value("attention_kernel", "") == "fused";
   // The warm-up of a delay that is off (a run.json from before the option was refused alone).
   if (key == "offload_optimizer_delay_after") return config.value("offload_optimizer_delay", 0) > 0;
   return !volatile_keys.count(key);

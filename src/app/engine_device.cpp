@@ -106,7 +106,13 @@ std::unique_ptr<cuda::CudaBackend> agreed_backend(MpiCommunicator& host, int dev
       return "";
     } catch (const std::exception& e) {  // a handle cuDNN cannot create, a graph it refuses
       fused.reset();
-      return e.what();
+      // cuDNN has no deterministic fused backward on Blackwell (sm_100): the way there.
+      const bool blackwell = cuda_compute_capability_major(device) == 10;
+      return std::string(e.what()) +
+             (blackwell && attention.deterministic && attention.backward
+                  ? " (on Blackwell, cuDNN's fused attention backward runs only without its "
+                    "deterministic algorithm: --deterministic false)"
+                  : "");
     }
   };
   // An explicit fused request that this rank's GPU or cuDNN refuses fails every rank, naming it.
@@ -125,12 +131,9 @@ std::unique_ptr<cuda::CudaBackend> agreed_backend(MpiCommunicator& host, int dev
     if (!attention.deterministic && attention.backward) choice.why += ", nondeterministic backward";
     return fused;
   }
-  // The GEMM attention is deterministic either way; cuDNN refuses its deterministic backward on
-  // Blackwell (sm_100), where --deterministic false is what lets the fused one run.
+  // The GEMM attention is deterministic either way.
   if (!attention.deterministic)
     choice.why += " (--deterministic false: only the fused attention has a faster backward)";
-  else if (attention.backward && cuda_compute_capability_major(device) == 10)
-    choice.why += " (on Blackwell cuDNN's fused backward runs with --deterministic false only)";
   fused.reset();  // its device memory goes before the gemm backend takes its own
   return make_cuda_backend(device, cuda::CudaBackendOptions::for_micro_batch(
                                        AttentionKernel::kGemm, attention.shape, attention.storage));

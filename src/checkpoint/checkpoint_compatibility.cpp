@@ -162,9 +162,11 @@ std::vector<std::string> check_resume_hyperparameters(
   if (saved.world_invariant_recorded)
     compare(warnings, "world_invariant", saved.world_invariant, run.world_invariant,
             [](bool v) { return std::string(v ? "true" : "false"); });
-  // --deterministic toggled: the state loads; the continuation's bits differ from the run's.
-  compare(warnings, "deterministic", saved.deterministic, run.deterministic,
-          [](bool v) { return std::string(v ? "true" : "false"); });
+  // --deterministic toggled on the fused attention, the one kernel it changes: the state loads;
+  // the continuation's bits differ from the run's.
+  if (saved.attention == "fused" && run.attention == "fused")
+    compare(warnings, "deterministic", saved.deterministic, run.deterministic,
+            [](bool v) { return std::string(v ? "true" : "false"); });
   const std::pair<const char*, std::string TrainingHyperparameters::*> arithmetic[] = {
       {"backend", &TrainingHyperparameters::backend},
       {"attention", &TrainingHyperparameters::attention},

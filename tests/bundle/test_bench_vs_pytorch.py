@@ -53,12 +53,25 @@ def check_helpers(bench):
           command("fused+bf16"))
     check(command("gemm").endswith("--attention gemm --activations fp32") and
           "--deterministic" not in command("gemm"), command("gemm"))
+    for row, culprit in (("fused+fp8", "fp8"), ("+bf16", "needs an attention")):
+        try:
+            command(row)
+            check(False, f"the row {row} was accepted")
+        except ValueError as e:
+            check(row in str(e) and culprit in str(e), str(e))
+    twice = bench.parse_arguments(["--zerotrain", "zt", "--zerotrain-arg=--deterministic=true"])
     try:
-        command("fused+fp8")
-        check(False, "the row fused+fp8 was accepted")
+        bench.zerotrain_command(twice, "d.h5", "out", "+nondeterministic")
+        check(False, "+nondeterministic accepted beside --zerotrain-arg --deterministic")
     except ValueError as e:
-        check("fused+fp8" in str(e) and "fp8" in str(e), str(e))
-    print("ok   zerotrain rows: +bf16, +nondeterministic, an unknown option refused")
+        check("sets --deterministic already" in str(e), str(e))
+    # The rows are checked as the command line is read, before anything runs.
+    refused = subprocess.run([sys.executable, bench.__file__, "--zerotrain", "zt",
+                              "--attentions", ",gemm+fp8"], capture_output=True, text=True)
+    check(refused.returncode == 2 and "--attentions: zerotrain row 'gemm+fp8'" in refused.stderr,
+          f"exit {refused.returncode}: {refused.stderr}")
+    print("ok   zerotrain rows: +bf16, +nondeterministic; unknown options, +bf16 without an "
+          "attention and a second --deterministic refused, the rows as the command line is read")
 
 
 def check_run(bench, zt, work):

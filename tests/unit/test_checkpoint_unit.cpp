@@ -303,11 +303,16 @@ TEST(CheckpointManifest, HyperparameterChangesFailOrWarn) {
   EXPECT_NE(toggle_warnings[0].find("world_invariant: checkpoint false, run true"),
             std::string::npos)
       << toggle_warnings[0];
-  // --deterministic toggled: recorded, compared; a checkpoint from before it was deterministic.
+  // --deterministic toggled: recorded; compared where both runs have the fused attention, the one
+  // kernel it changes; a checkpoint from before it was deterministic.
   TrainingHyperparameters atomic = m.hyper;
   atomic.deterministic = false;
   EXPECT_FALSE(TrainingHyperparameters::from_json(atomic.to_json()).deterministic);
-  const auto atomic_warnings = check_resume_hyperparameters(m, atomic, 2, "bf16", "c");
+  EXPECT_TRUE(check_resume_hyperparameters(m, atomic, 2, "bf16", "c").empty());  // not fused
+  CheckpointManifest fused = m;
+  fused.hyper.attention = "fused";
+  atomic.attention = "fused";
+  const auto atomic_warnings = check_resume_hyperparameters(fused, atomic, 2, "bf16", "c");
   ASSERT_EQ(atomic_warnings.size(), 1u);
   EXPECT_NE(atomic_warnings[0].find("deterministic: checkpoint true, run false"), std::string::npos)
       << atomic_warnings[0];

@@ -1,0 +1,95 @@
+# The `train` part of bench/gpu_session.sh (sourced by it; it uses the session's say, step,
+# train_run, same_losses and figures, and its B, backend, seq, steps, python, evidence and work):
+# `train --backend cuda` for each preset of ZT_PRESETS, the rows its header lists.
+# shellcheck shell=bash disable=SC2154  # the session script assigns B, backend, seq and the rest
+
+# ran_attention KERNEL DIR [ACTIVATIONS]: whether the run in DIR finished its steps on the attention
+# KERNEL (gemm | fused), with ACTIVATIONS storage when given (run.json, written before the first
+# step, says what ran; metrics.jsonl that every step did).
+ran_attention() {
+  [ -f "$2/run.json" ] && [ -f "$2/metrics.jsonl" ] &&
+    [ "$(wc -l <"$2/metrics.jsonl")" -ge "$steps" ] && "$python" -c 'import json, sys
+c = json.load(open(sys.argv[1]))["config"]
+ok = c.get("attention_kernel") == sys.argv[2] and sys.argv[3] in ("", c.get("activations"))
+sys.exit(0 if ok else 1)' "$2/run.json" "$1" "${3:-}"
+}
+
+run_part_train() {
+  local preset
+  for preset in ${ZT_PRESETS:-125m 1b}; do
+    # The defaults first (on CUDA: --attention auto, bf16 activations), as a user's run gets them.
+    train_run "$preset stage 0 defaults $backend" "$work/train_${preset}_s0_defaults" \
+      --preset "$preset" --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" \
+      --seq-len "$seq"
+    train_run "$preset stage 0 $backend" "$work/train_${preset}_s0" --preset "$preset" \
+      --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" \
+      --attention gemm --activations fp32
+    # The fused attention (cuDNN SDPA) beside it: same seed, so the losses compare.
+    if [ "$backend" = cuda ]; then
+      # cuBLASLt's algorithms timed on the run's own GEMMs (issue 43's lever), beside the
+      # defaults: tokens/s, report.json's tally, and the defaults' losses bit for bit.
+      train_run "$preset stage 0 defaults, timed GEMM algorithms $backend" \
+        "$work/train_${preset}_s0_gemm_timed" --preset "$preset" --zero-stage 0 --steps "$steps" \
+        --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" --gemm-algorithms timed
+      same_losses "$preset timed GEMM algorithms vs the defaults" \
+        "$work/train_${preset}_s0_defaults" "$work/train_${preset}_s0_gemm_timed"
+      cp "$work/train_${preset}_s0_gemm_timed/report.json" \
+        "$evidence/runs/train_${preset}_s0_gemm_timed/" 2>/dev/null
+      # --deterministic false (cuDNN's attention backward with atomic dQ, no dP workspace) beside
+      # the defaults: tokens/s and peak memory; the losses differ in their low bits.
+      train_run "$preset stage 0 defaults, --deterministic false $backend" \
+        "$work/train_${preset}_s0_nondeterministic" --preset "$preset" --zero-stage 0 \
+        --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" \
+        --deterministic false
+      if ran_attention fused "$work/train_${preset}_s0_nondeterministic"; then
+        same_losses "$preset --deterministic false vs the defaults (expected to differ)" \
+          "$work/train_${preset}_s0_defaults" "$work/train_${preset}_s0_nondeterministic"
+      else
+        say "$preset --deterministic false: the attention was not fused, the flag changed nothing"
+      fi
+      cp "$work/train_${preset}_s0_nondeterministic/report.json" \
+        "$evidence/runs/train_${preset}_s0_nondeterministic/" 2>/dev/null
+      train_run "$preset stage 0 fused attention $backend" "$work/train_${preset}_s0_fused" \
+        --preset "$preset" --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" \
+        --seq-len "$seq" --attention fused --activations fp32
+      # The fast path: fused attention with bf16 activations (half the activation memory),
+      # unless the defaults row above already ran exactly that (its run.json says what ran).
+      if ran_attention fused "$work/train_${preset}_s0_defaults" bf16; then
+        say "$preset stage 0 fused attention + bf16 activations: the defaults row above"
+      else
+        train_run "$preset stage 0 fused attention + bf16 activations $backend" \
+          "$work/train_${preset}_s0_fused_bf16" --preset "$preset" --zero-stage 0 \
+          --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" \
+          --attention fused --activations bf16
+      fi
+    fi
+    # fp16 with the dynamic loss scaler (V100/T4-class path) on its defaults: fp16 activations
+    # and --attention auto (cuDNN's fp16 graph where it runs); loss_scale and skipped per step in
+    # its metrics. (The 2026-11-27 H100 session ran this row with --attention gemm.)
+    train_run "$preset stage 0 fp16 defaults $backend" "$work/train_${preset}_s0_fp16" \
+      --preset "$preset" --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" \
+      --seq-len "$seq" --precision fp16
+    train_run "$preset stage 3 + full checkpointing $backend" "$work/train_${preset}_s3" \
+      --preset "$preset" --zero-stage 3 --activation-checkpointing full --steps "$steps" \
+      --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" --attention gemm --activations fp32
+    # Selective checkpointing (the norms and SwiGLU recomputed, the GEMM outputs kept) at stage 3
+    # on the defaults: issue 43's 1b target row.
+    train_run "$preset stage 3 + selective checkpointing defaults $backend" \
+      "$work/train_${preset}_s3_selective" --preset "$preset" --zero-stage 3 \
+      --activation-checkpointing selective --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" \
+      --seq-len "$seq"
+    # LoRA r 16 on every projection beside the stage-0 defaults row above (full fine-tuning):
+    # issue 44's target (>= 1.3x its tokens/s, under half its peak memory).
+    train_run "$preset stage 0 LoRA r16 all-linear defaults $backend" \
+      "$work/train_${preset}_s0_lora16" --preset "$preset" --zero-stage 0 --steps "$steps" \
+      --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" --lora-rank 16 --lora-alpha 32 \
+      --lora-targets all-linear
+    if [ "$backend" = cuda ]; then
+      train_run \
+        "$preset stage 3 + full checkpointing, fused attention + bf16 activations $backend" \
+        "$work/train_${preset}_s3_fused_bf16" --preset "$preset" --zero-stage 3 \
+        --activation-checkpointing full --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" \
+        --seq-len "$seq" --attention fused --activations bf16
+    fi
+  done
+}
