@@ -106,13 +106,13 @@ std::unique_ptr<cuda::CudaBackend> agreed_backend(MpiCommunicator& host, int dev
       return "";
     } catch (const std::exception& e) {  // a handle cuDNN cannot create, a graph it refuses
       fused.reset();
-      // cuDNN has no deterministic fused backward on Blackwell (sm_100): the way there.
-      const bool blackwell = cuda_compute_capability_major(device) == 10;
-      return std::string(e.what()) +
-             (blackwell && attention.deterministic && attention.backward
-                  ? " (on Blackwell, cuDNN's fused attention backward runs only without its "
-                    "deterministic algorithm: --deterministic false)"
-                  : "");
+      // cuDNN has no deterministic fused backward on Blackwell (sm_100; the frontend's refusal
+      // says "not supported on blackwell"): the way there.
+      const std::string reason = e.what();
+      return reason + (reason.find("not supported on blackwell") != std::string::npos
+                           ? " (on Blackwell, cuDNN's fused attention backward runs only without "
+                             "its deterministic algorithm: --deterministic false)"
+                           : "");
     }
   };
   // An explicit fused request that this rank's GPU or cuDNN refuses fails every rank, naming it.

@@ -4,7 +4,8 @@
 The GPU comparison's figures rest on its bookkeeping, which a CPU run exercises the same way:
 1. run_order: every row in every round, forward in even rounds and reversed in odd ones;
    median of odd and even counts; strongest_row picks the highest median of the prefix's rows;
-   a zerotrain row's command (+bf16, +nondeterministic; an unknown option refused).
+   a zerotrain row's command (+bf16, +nondeterministic); an unknown option, +bf16 without an
+   attention and a second --deterministic refused, the rows checked as the command line is read.
 2. A run on the CPU (tiny preset, 3 repeats, zerotrain's default row and PyTorch eager with fp32
    and with bf16 parameters): the JSON's run_order is run_order's; every row ran 3 times; its
    figure is the median of its runs, its MFU and TFLOP/s that figure times the FLOPs per token;

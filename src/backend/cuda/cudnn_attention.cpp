@@ -11,7 +11,6 @@
 
 #include <cudnn.h>
 
-#include <cudnn_frontend.h>
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -29,8 +28,6 @@
 
 namespace zt::cuda {
 namespace {
-
-namespace fe = cudnn_frontend;
 
 // The statistics [B,H,T] fp32 go through the (aligned) scratch too: the model's lse lives inside
 // its activation arena at a 4-byte boundary, and cuDNN's kernels want 16. For the documents the

@@ -18,32 +18,33 @@ void check_cudnn(cudnnStatus_t status, const char* call) {
 
 namespace {
 
-// The frontend's codes for a graph it will not build as asked: its attributes, shapes, support
-// check, heuristics or plans. The others (a CUDA or cuDNN call that failed, a bad handle or device)
-// are failures of the run, not of the graph.
-bool refuses_the_graph(fe::error_code_t code) {
-  switch (code) {
-    case fe::error_code_t::ATTRIBUTE_NOT_SET:
-    case fe::error_code_t::SHAPE_DEDUCTION_FAILED:
-    case fe::error_code_t::GRAPH_NOT_SUPPORTED:
-    case fe::error_code_t::GRAPH_EXECUTION_PLAN_CREATION_FAILED:
-    case fe::error_code_t::HEURISTIC_QUERY_FAILED:
-    case fe::error_code_t::UNSUPPORTED_GRAPH_FORMAT:
-    case fe::error_code_t::INVALID_VALUE:
-      return true;
+std::string frontend_failure(fe::error_t& status, const SdpaGraphKey& key, const char* step) {
+  return "cuDNN fused attention (" + describe(key) + "): " + step +
+         " failed: " + status.get_message() + " (use --attention gemm)";
+}
+
+// A step of building a graph (validate ... build_plans) that failed: the frontend's refusal of the
+// graph as asked (GraphRefused), unless the code says a CUDA call, the handle or the device failed.
+// The cuDNN backend's own refusals (NOT_SUPPORTED, BAD_PARAM at an operation's finalize) come as
+// CUDNN_BACKEND_API_FAILED, so that code is a refusal here too. (ATTRIBUTE_NOT_SET and
+// SHAPE_DEDUCTION_FAILED would mean a fault in how this file describes the graph: still a graph
+// that does not build, and the run says so where no other graph does.)
+void check_build_step(fe::error_t status, const SdpaGraphKey& key, const char* step) {
+  if (status.is_good()) return;
+  switch (status.get_code()) {
+    case fe::error_code_t::CUDA_API_FAILED:
+    case fe::error_code_t::INVALID_CUDA_DEVICE:
+    case fe::error_code_t::HANDLE_ERROR:
+      throw Error(frontend_failure(status, key, step));
     default:
-      return false;
+      throw GraphRefused(frontend_failure(status, key, step));
   }
 }
 
 }  // namespace
 
 void check_frontend(fe::error_t status, const SdpaGraphKey& key, const char* step) {
-  if (status.is_good()) return;
-  const std::string message = "cuDNN fused attention (" + describe(key) + "): " + step +
-                              " failed: " + status.get_message() + " (use --attention gemm)";
-  if (refuses_the_graph(status.get_code())) throw GraphRefused(message);
-  throw Error(message);
+  if (!status.is_good()) throw Error(frontend_failure(status, key, step));
 }
 
 bool ragged(const SdpaGraphKey& key) {
@@ -133,9 +134,10 @@ struct GraphStart {
         .set_compute_data_type(fe::DataType_t::FLOAT);
     if (ragged(key)) {
       if (cudnnGetVersion() < 90600)
-        throw Error("cuDNN " + std::to_string(cudnnGetVersion()) +
-                    " is older than 9.6.0, the first whose ragged attention takes grouped-query "
-                    "heads and ragged statistics (document masking on the fused path)");
+        throw GraphRefused(
+            "cuDNN " + std::to_string(cudnnGetVersion()) +
+            " is older than 9.6.0, the first whose ragged attention takes grouped-query "
+            "heads and ragged statistics (document masking on the fused path)");
       const int64_t n = key.ragged.sequences;
       seq_len_q = per_sequence(g, "seq_len_q", kSeqLenQ, n, fe::DataType_t::INT32);
       seq_len_kv = per_sequence(g, "seq_len_kv", kSeqLenKv, n, fe::DataType_t::INT32);
@@ -157,14 +159,15 @@ struct GraphStart {
 };
 
 void finish_build(BuiltGraph& built, cudnnHandle_t handle, const SdpaGraphKey& key) {
-  check_frontend(built.graph->validate(), key, "validate");
-  check_frontend(built.graph->build_operation_graph(handle), key, "build_operation_graph");
+  check_build_step(built.graph->validate(), key, "validate");
+  check_build_step(built.graph->build_operation_graph(handle), key, "build_operation_graph");
   // Heuristic A's engines first; the fallback list after them, for shapes A has no engine for
   // (build_plans takes the first candidate that builds, so A's choice stands where it has one).
-  check_frontend(built.graph->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
-                 key, "create_execution_plans");
-  check_frontend(built.graph->check_support(handle), key, "check_support");
-  check_frontend(built.graph->build_plans(handle), key, "build_plans");
+  check_build_step(
+      built.graph->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), key,
+      "create_execution_plans");
+  check_build_step(built.graph->check_support(handle), key, "check_support");
+  check_build_step(built.graph->build_plans(handle), key, "build_plans");
   check_frontend(built.graph->get_workspace_size(built.workspace), key, "get_workspace_size");
 }
 

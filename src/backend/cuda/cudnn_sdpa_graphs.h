@@ -1,8 +1,9 @@
 // The cuDNN SDPA graphs of the fused attention (cudnn_attention.h), built from an SdpaGraphKey
 // through the cuDNN frontend's graph API: our [B,T,H,hd] rows as strides, fp32 statistics, the
 // causal mask and the model's scale, and for document masks cuDNN's ragged (THD) layout with
-// per-sequence offsets. A graph cuDNN will not build for its key (its validation, support check,
-// heuristics or plans refuse it) is a GraphRefused; a CUDA or cuDNN call that fails, an Error.
+// per-sequence offsets. A graph cuDNN will not build for its key (a build step that fails other
+// than by a CUDA call, the handle or the device; a cuDNN too old for the ragged layout) is a
+// GraphRefused; any other failure an Error.
 #pragma once
 #include <cudnn.h>
 
@@ -38,7 +39,7 @@ struct BuiltGraph {
   int64_t workspace = 0;
 };
 
-// cuDNN refused to build the graph of a key (check_frontend's message names the key and step).
+// cuDNN refused to build the graph of a key (the message names the key and the step).
 class GraphRefused : public Error {
  public:
   using Error::Error;
@@ -46,7 +47,8 @@ class GraphRefused : public Error {
 
 // Throws Error naming `call` unless status is CUDNN_STATUS_SUCCESS.
 void check_cudnn(cudnnStatus_t status, const char* call);
-// Throws GraphRefused or Error, naming the key and the step, unless status is good.
+// Throws Error naming the key and the step unless status is good (running a graph, or its
+// workspace query; its build steps throw GraphRefused for a refusal).
 void check_frontend(cudnn_frontend::error_t status, const SdpaGraphKey& key, const char* step);
 // Whether the key is a documents' ragged graph.
 bool ragged(const SdpaGraphKey& key);
