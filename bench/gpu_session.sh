@@ -50,7 +50,8 @@
 #     profile    train --profile-steps 3:5 (CUPTI kernel times by GEMM, attention, pointwise,
 #                cross-entropy, optimizer, communication, copies, idle) on the stage-0 defaults of
 #                each of ZT_PROFILE_PRESETS (default "125m 1b") and of ZT_PROFILE_CONFIGS (default
-#                "Llama-3.2-1B", its config.json initialised at random: Llama-3's vocabulary); each
+#                "Llama-3.2-1B", its config.json initialised at random: Llama-3's vocabulary), and
+#                each of ZT_PROFILE_NONDETERMINISTIC (default "1b") with --deterministic false; each
 #                set and empty for none;
 #                kernel_profile.json per run
 #     pytorch    bench_gpu_vs_pytorch.py for each of ZT_PYTORCH_PRESET (default "125m 1b"),

@@ -7,7 +7,8 @@
 # "125m 1b"; set and empty for none) on its stage-0 defaults, steps 3..5 of 6 recorded; then each configuration of
 # ZT_PROFILE_CONFIGS (default "Llama-3.2-1B": configs/ of the pack, initialised at random), whose
 # Llama-3 vocabulary (V = 128256) makes the head a fifth of the FLOPs (its chunk size:
-# bench/GPU_NOTES.md, "Head chunks sized for the weight gradient"). kernel_profile.json into the
+# bench/GPU_NOTES.md, "Head chunks sized for the weight gradient"); and each preset of
+# ZT_PROFILE_NONDETERMINISTIC (default "1b") with --deterministic false. kernel_profile.json into the
 # evidence and one line of shares per run into the summary. CUDA only.
 profile_run() {  # profile_run NAME OUTDIR MODEL-ARGS...
   local name=$1 run=$2
@@ -48,6 +49,13 @@ run_part_profile() {
   fi
   for preset in ${ZT_PROFILE_PRESETS-125m 1b}; do
     profile_run "$preset" "$work/profile_${preset}" --preset "$preset"
+  done
+  # The same with --deterministic false for each preset of ZT_PROFILE_NONDETERMINISTIC (default
+  # "1b"; set and empty for none): the attention backward's kernels without dP in cuDNN's
+  # workspace (bench/GPU_NOTES.md's prediction: no matmul_dq).
+  for preset in ${ZT_PROFILE_NONDETERMINISTIC-1b}; do
+    profile_run "$preset --deterministic false," "$work/profile_${preset}_nondeterministic" \
+      --preset "$preset" --deterministic false
   done
   for config in ${ZT_PROFILE_CONFIGS-Llama-3.2-1B}; do
     if ! step "$config init" "$step_seconds" "$B/libexec/zerotrain" init --config-json \
