@@ -45,6 +45,11 @@ import torch.nn.functional as F
 _SDPA_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
 
 
+def sets_option(zerotrain_args, option):
+    """Whether --zerotrain-arg gives `option` (as --option X or --option=X)."""
+    return any(a.split("=")[0] == option for a in zerotrain_args)
+
+
 def row_parts(row, zerotrain_args=()):
     """A zerotrain row's --attention value and its options: "bf16" (--activations bf16, with a
     named attention: without one the row runs the backend's default activations) and
@@ -58,8 +63,7 @@ def row_parts(row, zerotrain_args=()):
     if "bf16" in options and not attention:
         raise ValueError(f"zerotrain row {row!r}: +bf16 needs an attention (e.g. fused+bf16); "
                          "the defaults' row runs the backend's own activations")
-    if "nondeterministic" in options and any(a.split("=")[0] == "--deterministic"
-                                             for a in zerotrain_args):
+    if "nondeterministic" in options and sets_option(zerotrain_args, "--deterministic"):
         raise ValueError(f"zerotrain row {row!r}: --zerotrain-arg sets --deterministic already")
     return attention, options
 
@@ -80,7 +84,7 @@ def zerotrain_command(args, data, out, row):
     if attention:
         cmd += ["--attention", attention]
         # --zerotrain-arg's own choice stands (--activations X or --activations=X).
-        if not any(a.split("=")[0] == "--activations" for a in args.zerotrain_arg):
+        if not sets_option(args.zerotrain_arg, "--activations"):
             cmd += ["--activations", activations or "fp32"]
     return cmd
 

@@ -153,6 +153,9 @@ std::string describe(const SdpaGraphKey& key);
 // Builds each value once per key and keeps it: get() calls build(key) only for a key it has not
 // seen. builds() counts the calls (a training run builds 2 graphs: one forward, one backward), and
 // build_seconds() is their wall time (steady clock), a build that threw included.
+// get_unless_refused<Refusal>() is get() for a key the builder may refuse by throwing a Refusal:
+// null then, the refusal's what() kept (refusal(key)) and the key not built again; any other
+// exception propagates as from get().
 template <typename Key, typename Value, typename Hash>
 class BuildOnceCache {
  public:
@@ -170,12 +173,25 @@ class BuildOnceCache {
     }
     return *it->second;
   }
+  template <typename Refusal>
+  Value* get_unless_refused(const Key& key, const Builder& build) {
+    if (refusals_.count(key)) return nullptr;
+    try {
+      return &get(key, build);
+    } catch (const Refusal& e) {
+      refusals_.emplace(key, e.what());
+      return nullptr;
+    }
+  }
+  // Why the builder refused `key` (get_unless_refused returned null for it).
+  const std::string& refusal(const Key& key) const { return refusals_.at(key); }
   size_t size() const { return entries_.size(); }
   int64_t builds() const { return builds_; }
   double build_seconds() const { return build_seconds_; }
 
  private:
   std::unordered_map<Key, std::shared_ptr<Value>, Hash> entries_;
+  std::unordered_map<Key, std::string, Hash> refusals_;
   int64_t builds_ = 0;
   double build_seconds_ = 0;
 };

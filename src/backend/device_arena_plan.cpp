@@ -127,13 +127,16 @@ size_t cudnn_attention_workspace_bytes(const AttentionShape& s, bool determinist
   ZT_CHECK(s.B > 0 && s.H > 0 && s.T > 0 && s.hd > 0,
            "cuDNN workspace: every dimension must be positive, got " + describe(s));
   // B·H·T·(bytes per query row) + 256 in size_t without overflow, a row holding its dP row in bf16
-  // (2T) or its fp32 dQ accumulator (4·hd), and its fp32 rowsum (4).
+  // (T elements of 2 bytes) or its fp32 dQ accumulator (hd of 4), and its fp32 rowsum (4).
   const auto b = static_cast<size_t>(s.B), h = static_cast<size_t>(s.H),
-             t = static_cast<size_t>(s.T), hd = static_cast<size_t>(s.hd);
+             t = static_cast<size_t>(s.T);
+  const size_t elements = static_cast<size_t>(deterministic ? s.T : s.hd);
+  const size_t element_bytes = deterministic ? 2 : 4;
   const size_t max = std::numeric_limits<size_t>::max();
-  const bool row_fits = deterministic ? t <= (max - 4) / 2 : hd <= (max - 4) / 4;
-  const size_t row = row_fits ? (deterministic ? 2 * t : 4 * hd) + 4 : max;
-  ZT_CHECK(row_fits && b <= max / h && b * h <= max / t && b * h * t <= (max - 256) / row,
+  ZT_CHECK(elements <= (max - 4) / element_bytes,
+           "cuDNN workspace of " + describe(s) + " overflows");
+  const size_t row = element_bytes * elements + 4;
+  ZT_CHECK(b <= max / h && b * h <= max / t && b * h * t <= (max - 256) / row,
            "cuDNN workspace of " + describe(s) + " overflows");
   return b * h * t * row + 256;
 }

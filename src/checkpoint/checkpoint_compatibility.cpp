@@ -27,6 +27,10 @@ std::string float_text(float v) {
   return shortest_decimal(v);
 }
 
+std::string bool_text(bool v) {
+  return v ? "true" : "false";
+}
+
 const std::string& as_is(const std::string& s) {
   return s;
 }
@@ -160,13 +164,11 @@ std::vector<std::string> check_resume_hyperparameters(
   compare(warnings, "steps (schedule length)", saved.total_steps, run.total_steps, int_text);
   compare(warnings, "precision", manifest.precision, run_precision, as_is);
   if (saved.world_invariant_recorded)
-    compare(warnings, "world_invariant", saved.world_invariant, run.world_invariant,
-            [](bool v) { return std::string(v ? "true" : "false"); });
+    compare(warnings, "world_invariant", saved.world_invariant, run.world_invariant, bool_text);
   // --deterministic toggled on the fused attention, the one kernel it changes: the state loads;
   // the continuation's bits differ from the run's.
   if (saved.attention == "fused" && run.attention == "fused")
-    compare(warnings, "deterministic", saved.deterministic, run.deterministic,
-            [](bool v) { return std::string(v ? "true" : "false"); });
+    compare(warnings, "deterministic", saved.deterministic, run.deterministic, bool_text);
   const std::pair<const char*, std::string TrainingHyperparameters::*> arithmetic[] = {
       {"backend", &TrainingHyperparameters::backend},
       {"attention", &TrainingHyperparameters::attention},

@@ -417,6 +417,35 @@ TEST(AttentionChoice, GraphCacheTimesItsBuildsOnly) {
   EXPECT_EQ(cache.size(), 1u);
 }
 
+// get_unless_refused: a key whose build throws the refusal type gives null and keeps the reason,
+// and is not built again; another key still builds; an exception of another type propagates and
+// is not remembered (the next call builds again).
+TEST(AttentionChoice, GraphCacheRemembersARefusalAndNothingElse) {
+  struct Refused : Error {
+    using Error::Error;
+  };
+  BuildOnceCache<SdpaGraphKey, int, SdpaGraphKeyHash> cache;
+  std::map<int64_t, int> built;  // per T
+  const auto build = [&](const SdpaGraphKey& key) {
+    ++built[key.shape.T];
+    if (key.shape.T == 64) throw Refused("no graph for T=64");
+    if (key.shape.T == 32) throw Error("the device failed");
+    return std::make_shared<int>(static_cast<int>(key.shape.T));
+  };
+  const auto key = [](int64_t T) { return SdpaGraphKey{{1, T, 4, 2, 16}, true, DType::kBf16, {}}; };
+  for (int call = 0; call < 3; ++call) {
+    EXPECT_EQ(cache.get_unless_refused<Refused>(key(64), build), nullptr);
+    ASSERT_NE(cache.get_unless_refused<Refused>(key(128), build), nullptr);
+    EXPECT_EQ(*cache.get_unless_refused<Refused>(key(128), build), 128);
+    EXPECT_THROW(cache.get_unless_refused<Refused>(key(32), build), Error);
+  }
+  EXPECT_EQ(cache.refusal(key(64)), "no graph for T=64");
+  EXPECT_EQ(built[64], 1);   // refused once, remembered
+  EXPECT_EQ(built[128], 1);  // built once, kept
+  EXPECT_EQ(built[32], 3);   // not a refusal: asked again each time
+  EXPECT_EQ(cache.builds(), 1);
+}
+
 TEST(AttentionChoice, StagingAndScratchBytes) {
   constexpr auto kFused = AttentionKernel::kFused, kGemm = AttentionKernel::kGemm;
   constexpr auto kF32 = DType::kFloat32, kBf16 = DType::kBf16;

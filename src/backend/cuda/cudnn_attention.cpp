@@ -151,8 +151,6 @@ struct CudnnAttention::Impl {
   // workspace (fit_documents), and their device table.
   std::optional<RaggedDocuments> documents;
   bool documents_fitted = false;
-  // The ragged graphs cuDNN refused to build, with its reason (fit_documents passes their K over).
-  std::unordered_map<SdpaGraphKey, std::string, SdpaGraphKeyHash> refused;
   RaggedTable table;
 
   // The key of a graph of this attention (a forward has one algorithm: deterministic).
@@ -182,23 +180,11 @@ struct CudnnAttention::Impl {
     return need > 0 ? workspace : nullptr;
   }
 
-  BuiltGraph& graph(const SdpaGraphKey& key) {
-    return graphs.get(key, [this](const SdpaGraphKey& k) {
-      return k.backward ? build_backward(handle, k) : build_forward(handle, k);
-    });
+  std::shared_ptr<BuiltGraph> build(const SdpaGraphKey& key) const {
+    return key.backward ? build_backward(handle, key) : build_forward(handle, key);
   }
-
-  // The graph of `key`, or null where cuDNN refused to build it, now or before (the reason is
-  // kept, so that later micro-batches do not ask again). Other failures (a CUDA or cuDNN call)
-  // are thrown as they are.
-  BuiltGraph* graph_unless_refused(const SdpaGraphKey& key) {
-    if (refused.count(key)) return nullptr;
-    try {
-      return &graph(key);
-    } catch (const GraphRefused& e) {
-      refused.emplace(key, e.what());
-      return nullptr;
-    }
+  BuiltGraph& graph(const SdpaGraphKey& key) {
+    return graphs.get(key, [this](const SdpaGraphKey& k) { return build(k); });
   }
 
   // Once per micro-batch: halves the documents' K (ragged_graph_shape's first choice) until the
@@ -211,24 +197,22 @@ struct CudnnAttention::Impl {
   // least grows it; where cuDNN refuses every K, a zt::Error names its first reason.
   void fit_documents(const AttentionShape& s, DType io, bool backward) {
     if (documents_fitted) return;
-    const bool training = backward || prepared_backward;
+    const int directions = backward || prepared_backward ? 2 : 1;  // forward, then backward
     std::string first_refusal;
     const auto most_workspace = [&](int64_t K) -> std::optional<size_t> {
       size_t most = 0;
-      for (int64_t sequences : regrouped(*documents, K).call_sequences) {
-        for (const bool direction_backward : {false, true}) {
-          if (direction_backward && !training) continue;
-          RaggedGraphShape call = documents->graph;
-          call.sequences = sequences;
-          const SdpaGraphKey probe = graph_key(s, direction_backward, io, call);
-          const BuiltGraph* built = graph_unless_refused(probe);
+      for (int64_t sequences : regrouped(*documents, K).call_sequences)
+        for (int direction = 0; direction < directions; ++direction) {
+          const SdpaGraphKey probe =
+              graph_key(s, direction == 1, io, {documents->graph.length, sequences});
+          const BuiltGraph* built = graphs.get_unless_refused<GraphRefused>(
+              probe, [this](const SdpaGraphKey& k) { return build(k); });
           if (built == nullptr) {
-            if (first_refusal.empty()) first_refusal = refused.at(probe);
+            if (first_refusal.empty()) first_refusal = graphs.refusal(probe);
             return std::nullopt;
           }
           most = std::max(most, static_cast<size_t>(std::max<int64_t>(built->workspace, 0)));
         }
-      }
       return most;
     };
     const int64_t K =
