@@ -292,7 +292,7 @@ struct CudnnAttention::Impl {
       for (int64_t c = 0; c < calls; ++c) {
         const SdpaGraphKey k = ragged(key) ? impl.call_key(key, c) : key;
         if (ragged(key)) impl.table.add_to(pack, c);
-        check_frontend(impl.graph(k).graph->execute(impl.handle, pack, workspace), k, "execute");
+        execute_graph(impl.graph(k), impl.handle, k, pack, workspace);
       }
     }
     Impl& impl;

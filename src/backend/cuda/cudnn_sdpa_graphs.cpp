@@ -1,6 +1,7 @@
 // The cuDNN SDPA graphs of the fused attention (see cudnn_sdpa_graphs.h).
 #include "backend/cuda/cudnn_sdpa_graphs.h"
 
+#include <cudnn_frontend.h>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -41,11 +42,13 @@ void check_build_step(fe::error_t status, const SdpaGraphKey& key, const char* s
   }
 }
 
-}  // namespace
-
+// Throws Error naming the key and the step unless status is good (running a graph, or its
+// workspace query; the build steps throw GraphRefused for a refusal).
 void check_frontend(fe::error_t status, const SdpaGraphKey& key, const char* step) {
   if (!status.is_good()) throw Error(frontend_failure(status, key, step));
 }
+
+}  // namespace
 
 bool ragged(const SdpaGraphKey& key) {
   return key.ragged.sequences > 0;
@@ -214,6 +217,11 @@ std::shared_ptr<BuiltGraph> build_backward(cudnnHandle_t handle, const SdpaGraph
   mark_rows_output(dv, "dV", kDV, key, s.Hkv, start.kv_offsets);
   finish_build(*start.built, handle, key);
   return start.built;
+}
+
+void execute_graph(const BuiltGraph& built, cudnnHandle_t handle, const SdpaGraphKey& key,
+                   std::unordered_map<int64_t, void*>& pack, void* workspace) {
+  check_frontend(built.graph->execute(handle, pack, workspace), key, "execute");
 }
 
 }  // namespace zt::cuda

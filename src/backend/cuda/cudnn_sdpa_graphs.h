@@ -4,15 +4,22 @@
 // per-sequence offsets. A graph cuDNN will not build for its key (a build step that fails other
 // than by a CUDA call, the handle or the device; a cuDNN too old for the ragged layout) is a
 // GraphRefused; any other failure an Error.
+//
+// The frontend's headers are included by cudnn_sdpa_graphs.cpp alone (they take most of the CUDA
+// backend's compile time): callers hold a graph as an opaque pointer and run it here.
 #pragma once
 #include <cudnn.h>
 
-#include <cudnn_frontend.h>
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 
 #include "backend/attention_choice.h"
 #include "util/error.h"
+
+namespace cudnn_frontend::graph {
+class Graph;
+}
 
 namespace zt::cuda {
 
@@ -47,14 +54,16 @@ class GraphRefused : public Error {
 
 // Throws Error naming `call` unless status is CUDNN_STATUS_SUCCESS.
 void check_cudnn(cudnnStatus_t status, const char* call);
-// Throws Error naming the key and the step unless status is good (running a graph, or its
-// workspace query; its build steps throw GraphRefused for a refusal).
-void check_frontend(cudnn_frontend::error_t status, const SdpaGraphKey& key, const char* step);
 // Whether the key is a documents' ragged graph.
 bool ragged(const SdpaGraphKey& key);
 
 // The graphs of a key, built (validated, planned, checked) but not run, with cuDNN's workspace.
 std::shared_ptr<BuiltGraph> build_forward(cudnnHandle_t handle, const SdpaGraphKey& key);
 std::shared_ptr<BuiltGraph> build_backward(cudnnHandle_t handle, const SdpaGraphKey& key);
+
+// Enqueues the graph built for `key` on the handle's stream with the tensors of `pack` (uid →
+// device pointer) and cuDNN's workspace; an Error naming the key if cuDNN fails.
+void execute_graph(const BuiltGraph& built, cudnnHandle_t handle, const SdpaGraphKey& key,
+                   std::unordered_map<int64_t, void*>& pack, void* workspace);
 
 }  // namespace zt::cuda
