@@ -28,6 +28,20 @@ void Backend::from_fp16(float*, const uint16_t*, int64_t) {
   fail("the " + name() + " backend does not store fp16 (the CPU and CUDA backends do)");
 }
 
+void Backend::rope_forward_qk(TensorView q, TensorView k, int64_t B, int64_t T, int64_t H,
+                              int64_t Hkv, int64_t hd, const RopeSpec& rope,
+                              const int32_t* doc_start) {
+  rope_forward(q, B, T, H, hd, rope, doc_start);
+  rope_forward(k, B, T, Hkv, hd, rope, doc_start);
+}
+
+void Backend::rope_backward_qk(TensorView dq, TensorView dk, int64_t B, int64_t T, int64_t H,
+                               int64_t Hkv, int64_t hd, const RopeSpec& rope,
+                               const int32_t* doc_start) {
+  rope_backward(dq, B, T, H, hd, rope, doc_start);
+  rope_backward(dk, B, T, Hkv, hd, rope, doc_start);
+}
+
 void Backend::rope_forward_after(TensorView, int64_t, int64_t, int64_t, int64_t, const RopeSpec&,
                                  int64_t) {
   fail("the " + name() + " backend has no incremental decoding (generate runs on the CPU backend)");

@@ -160,6 +160,15 @@ class Backend {
   // The transpose (the inverse where a = 1) applied to the gradient, in place.
   virtual void rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
                              const RopeSpec& rope, const int32_t* doc_start = nullptr) = 0;
+  // rope_forward (rope_backward) of a layer's q [B, T, H, hd] and k [B, T, Hkv, hd] with the same
+  // rotation: by default the two calls; a backend may do both in one pass (the CUDA backend: one
+  // launch instead of two), with the bits of the two calls.
+  virtual void rope_forward_qk(TensorView q, TensorView k, int64_t B, int64_t T, int64_t H,
+                               int64_t Hkv, int64_t hd, const RopeSpec& rope,
+                               const int32_t* doc_start);
+  virtual void rope_backward_qk(TensorView dq, TensorView dk, int64_t B, int64_t T, int64_t H,
+                                int64_t Hkv, int64_t hd, const RopeSpec& rope,
+                                const int32_t* doc_start);
 
   // ---- causal attention with grouped-query heads, block-causal with document masks ----
   // q[B,T,H,hd], k/v[B,T,Hkv,hd], out[B,T,H,hd]; head h uses kv head h/(H/Hkv). Query i sees the

@@ -220,8 +220,7 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
   const int32_t* doc_start = document_starts();
   const RopeSpec rope = config_.rope_for_layer(layer, T_);
   if (config_.layer_rotates(layer)) {  // SmolLM3's NoPE layers take none
-    be_.rope_forward(A.q, B_, T_, H, hd, rope, doc_start);
-    be_.rope_forward(A.k, B_, T_, Hkv, hd, rope, doc_start);
+    be_.rope_forward_qk(A.q, A.k, B_, T_, H, Hkv, hd, rope, doc_start);
   }
   be_.attention_forward(A.att, A.lse, A.q, A.k, A.v, B_, T_, H, Hkv, hd, doc_start,
                         config_.attention_scores(layer, T_));
@@ -232,8 +231,7 @@ void LlamaModel::rope_backward_qk(int layer, const int32_t* doc_start) {
   if (!config_.layer_rotates(layer)) return;  // SmolLM3's NoPE layers took none
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
   const RopeSpec rope = config_.rope_for_layer(layer, T_);
-  be_.rope_backward(t_.dq, B_, T_, H, hd, rope, doc_start);
-  be_.rope_backward(t_.dk, B_, T_, Hkv, hd, rope, doc_start);
+  be_.rope_backward_qk(t_.dq, t_.dk, B_, T_, H, Hkv, hd, rope, doc_start);
 }
 
 // On entry t_.dresid = ∂L/∂out; on exit t_.dresid = ∂L/∂x. Parameter gradients are accumulated, or

@@ -70,10 +70,9 @@ TEST_F(CudaKernels, RmsNormForwardBackward) {
     }
 }
 
-TEST_F(CudaKernels, RopeMatchesCpuBitwise) {
-  // hd = 18 with 16 rotated: whole chunks of pairs in heads that are not (the row stride).
-  const int64_t shapes[][4] = {
-      {1, 1, 1, 2}, {2, 37, 3, 16}, {1, 130, 2, 64}, {2, 5, 4, 128}, {1, 3, 2, 18}};
+// The rotations the RoPE tests run: plain, scaled (linear, Llama 3), partial (Phi-4-mini's) and
+// GLM's interleaved pairs.
+static std::vector<RopeSpec> rope_specs() {
   RopeSpec linear = RopeSpec::unscaled(10000.0f);
   linear.scaling.type = RopeScaling::kLinear;
   linear.scaling.factor = 4.0;
@@ -89,16 +88,22 @@ TEST_F(CudaKernels, RopeMatchesCpuBitwise) {
   // GLM's: the leading half of each head in adjacent pairs (never chunked), and a whole head so.
   RopeSpec glm16 = partial16, interleaved = RopeSpec::unscaled(10000.0f);
   glm16.interleaved = interleaved.interleaved = true;
-  const RopeSpec specs[] = {glm16,
-                            interleaved,
-                            RopeSpec::unscaled(10000.0f),
-                            RopeSpec::unscaled(500000.0f),
-                            linear,
-                            llama3,
-                            partial12,
-                            partial16,
-                            partial48};
-  for (const RopeSpec& rope : specs) {
+  return {glm16,
+          interleaved,
+          RopeSpec::unscaled(10000.0f),
+          RopeSpec::unscaled(500000.0f),
+          linear,
+          llama3,
+          partial12,
+          partial16,
+          partial48};
+}
+
+TEST_F(CudaKernels, RopeMatchesCpuBitwise) {
+  // hd = 18 with 16 rotated: whole chunks of pairs in heads that are not (the row stride).
+  const int64_t shapes[][4] = {
+      {1, 1, 1, 2}, {2, 37, 3, 16}, {1, 130, 2, 64}, {2, 5, 4, 128}, {1, 3, 2, 18}};
+  for (const RopeSpec& rope : rope_specs()) {
     for (const auto& s : shapes) {
       const int64_t B = s[0], T = s[1], H = s[2], hd = s[3];
       if (rope.rotary_dims > hd) continue;
@@ -124,6 +129,51 @@ TEST_F(CudaKernels, RopeMatchesCpuBitwise) {
       gpu_->rope_backward(d_masked_bwd.get(), B, T, H, hd, rope, d_starts.get());
       EXPECT_TRUE(bitwise_equal(d_masked_fwd.download(), masked_fwd, "masked rope forward"));
       EXPECT_TRUE(bitwise_equal(d_masked_bwd.download(), masked_bwd, "masked rope backward"));
+    }
+  }
+}
+
+// A layer's q and k rotated in one launch (rope_forward_qk, rope_backward_qk: k's pairs after
+// q's, with its own head count) give each tensor the bits of its own call on the CPU, with and
+// without document masks; k one element into its buffer (not 16-byte aligned) takes the launch
+// element by element, with the same bits.
+TEST_F(CudaKernels, RopeOfQAndKInOneLaunchIsEachOnesBitwise) {
+  const int64_t shapes[][5] = {
+      {1, 1, 1, 1, 2}, {2, 37, 4, 1, 16}, {1, 130, 6, 2, 64}, {2, 5, 4, 4, 128}, {1, 3, 2, 1, 18}};
+  for (const RopeSpec& rope : rope_specs()) {
+    for (const auto& s : shapes) {
+      const int64_t B = s[0], T = s[1], H = s[2], Hkv = s[3], hd = s[4];
+      if (rope.rotary_dims > hd) continue;
+      for (const int64_t k_offset : {0, 1})
+        for (const bool masked : {false, true}) {
+          SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) +
+                       " H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) +
+                       " hd=" + std::to_string(hd) + " k offset " + std::to_string(k_offset) +
+                       (masked ? " masked" : ""));
+          const std::vector<int32_t> starts = periodic_doc_starts(B, T);
+          const int32_t* host_starts = masked ? starts.data() : nullptr;
+          DeviceBuffer<int32_t> d_starts(starts);
+          const int32_t* device_starts = masked ? d_starts.get() : nullptr;
+          const auto q = random_floats(B * T * H * hd, 6);
+          const auto k = random_floats(B * T * Hkv * hd + k_offset, 7);
+          for (const float sign : {1.0f, -1.0f}) {
+            std::vector<float> want_q = q, want_k = k;
+            DeviceBuffer<float> d_q(q), d_k(k);
+            float* kk = d_k.get() + k_offset;
+            if (sign > 0) {
+              cpu_.rope_forward(want_q.data(), B, T, H, hd, rope, host_starts);
+              cpu_.rope_forward(want_k.data() + k_offset, B, T, Hkv, hd, rope, host_starts);
+              gpu_->rope_forward_qk(d_q.get(), kk, B, T, H, Hkv, hd, rope, device_starts);
+            } else {
+              cpu_.rope_backward(want_q.data(), B, T, H, hd, rope, host_starts);
+              cpu_.rope_backward(want_k.data() + k_offset, B, T, Hkv, hd, rope, host_starts);
+              gpu_->rope_backward_qk(d_q.get(), kk, B, T, H, Hkv, hd, rope, device_starts);
+            }
+            const char* pass = sign > 0 ? "forward" : "backward";
+            EXPECT_TRUE(bitwise_equal(d_q.download(), want_q, pass));
+            EXPECT_TRUE(bitwise_equal(d_k.download(), want_k, pass));
+          }
+        }
     }
   }
 }

@@ -405,18 +405,36 @@ const DeviceRopeTable& rope_table(std::vector<std::unique_ptr<DeviceRopeTable>>&
 
 }  // namespace
 
+// +angle forward, −angle backward (sin_sign), of one tensor or of q and k in one launch.
+void CudaBackend::rotate(TensorView x, int64_t H, TensorView x2, int64_t H2, int64_t B, int64_t T,
+                         int64_t hd, const RopeSpec& rope, float sin_sign,
+                         const int32_t* doc_start) {
+  const DeviceRopeTable& table = rope_table(state_->rope, T, hd, rope);
+  const RopeRotation rotation{
+      table.cos, table.sin, rope.rotated(hd), rope.pair_step(), rope.pair_partner(hd), sin_sign};
+  launch_rope(x, H, x2, H2, B, T, hd, rotation, doc_start, state_->stream);
+}
+
 void CudaBackend::rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
                                const RopeSpec& rope, const int32_t* doc_start) {
-  const DeviceRopeTable& table = rope_table(state_->rope, T, hd, rope);
-  launch_rope(x, table.cos, table.sin, B, T, H, hd, rope.rotated(hd), rope.pair_step(),
-              rope.pair_partner(hd), 1.0f, doc_start, state_->stream);
+  rotate(x, H, TensorView(), 0, B, T, hd, rope, 1.0f, doc_start);
 }
 
 void CudaBackend::rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
                                 const RopeSpec& rope, const int32_t* doc_start) {
-  const DeviceRopeTable& table = rope_table(state_->rope, T, hd, rope);
-  launch_rope(dx, table.cos, table.sin, B, T, H, hd, rope.rotated(hd), rope.pair_step(),
-              rope.pair_partner(hd), -1.0f, doc_start, state_->stream);
+  rotate(dx, H, TensorView(), 0, B, T, hd, rope, -1.0f, doc_start);
+}
+
+void CudaBackend::rope_forward_qk(TensorView q, TensorView k, int64_t B, int64_t T, int64_t H,
+                                  int64_t Hkv, int64_t hd, const RopeSpec& rope,
+                                  const int32_t* doc_start) {
+  rotate(q, H, k, Hkv, B, T, hd, rope, 1.0f, doc_start);
+}
+
+void CudaBackend::rope_backward_qk(TensorView dq, TensorView dk, int64_t B, int64_t T, int64_t H,
+                                   int64_t Hkv, int64_t hd, const RopeSpec& rope,
+                                   const int32_t* doc_start) {
+  rotate(dq, H, dk, Hkv, B, T, hd, rope, -1.0f, doc_start);
 }
 
 // ---- attention (cudnn_attention.cpp when fused, else cuda_attention.cpp) ----

@@ -135,6 +135,10 @@ class CudaBackend final : public Backend {
                     const int32_t* doc_start = nullptr) override;
   void rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
                      const RopeSpec& rope, const int32_t* doc_start = nullptr) override;
+  void rope_forward_qk(TensorView q, TensorView k, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                       int64_t hd, const RopeSpec& rope, const int32_t* doc_start) override;
+  void rope_backward_qk(TensorView dq, TensorView dk, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                        int64_t hd, const RopeSpec& rope, const int32_t* doc_start) override;
 
   void attention_forward(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
                          ConstTensorView v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
@@ -225,6 +229,9 @@ class CudaBackend final : public Backend {
     int64_t rows_per_chunk = 0;
   };
   ColumnSumScratch column_sum_scratch(int64_t M, int64_t N);
+  // RoPE of x[B,T,H,hd] (and of x2[B,T,H2,hd] in the same launch, where given) by sin_sign·angle.
+  void rotate(TensorView x, int64_t H, TensorView x2, int64_t H2, int64_t B, int64_t T, int64_t hd,
+              const RopeSpec& rope, float sin_sign, const int32_t* doc_start);
   // The device scratch arena, for ops defined outside cuda_backend.cpp (cuda_backend_dora.cpp).
   DeviceArena& scratch_arena();
 

@@ -30,13 +30,20 @@ void launch_rmsnorm_backward_dx(TensorView dx, ConstTensorView dy, ConstTensorVi
 void launch_rmsnorm_backward_dg(float* dg, double* partials, ConstTensorView dy, ConstTensorView x,
                                 const float* rstd, int64_t M, int64_t D, int64_t rows_per_chunk,
                                 cudaStream_t stream);
-// The `rotated` leading elements of each head of x[B,T,H,hd] rotated by ±angle from the
-// [T, rotated/2] cos/sin tables (sin_sign = ±1), token t of row b at position t − doc_start[b·T +
-// t] (t when doc_start is null; backend.h); pair i is elements i·step and i·step + partner
+// A rotation by ±angle from the [T, rotated/2] cos/sin tables (sin_sign = ±1) of the `rotated`
+// leading elements of each head; pair i is elements i·step and i·step + partner
 // (RopeSpec::pair_step and pair_partner: (i, i + rotated/2), or GLM's (2i, 2i + 1)).
-void launch_rope(TensorView x, const float* cos_table, const float* sin_table, int64_t B, int64_t T,
-                 int64_t H, int64_t hd, int64_t rotated, int64_t step, int64_t partner,
-                 float sin_sign, const int32_t* doc_start, cudaStream_t stream);
+struct RopeRotation {
+  const float* cos_table;
+  const float* sin_table;
+  int64_t rotated, step, partner;
+  float sin_sign;
+};
+// x[B,T,H,hd] and, where x2 is given, x2[B,T,H2,hd] (a layer's q and k) rotated in one launch,
+// token t of row b at position t − doc_start[b·T + t] (t when doc_start is null; backend.h).
+void launch_rope(TensorView x, int64_t H, TensorView x2, int64_t H2, int64_t B, int64_t T,
+                 int64_t hd, const RopeRotation& rotation, const int32_t* doc_start,
+                 cudaStream_t stream);
 
 // ---- cuda_pointwise.cu ----
 void launch_glu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,

@@ -102,27 +102,34 @@ struct RmsnormDgTerm {
 // table, same unfused fp32 operations). A chunk (cuda_elementwise.cuh) is kChunk consecutive i of
 // one head, which needs r/2 and hd to be multiples of kChunk. Index: the type a pair's position
 // is taken apart in, 32-bit where every pair's index fits (divisions by H, T and r/2 are several
-// times cheaper than 64-bit ones), else 64-bit.
+// times cheaper than 64-bit ones), else 64-bit. The pairs of a second tensor (k beside q: its
+// own head count H2) follow the first's `split` pairs in the same launch; split is a multiple of
+// kChunk wherever chunks run (half is), so no chunk straddles the two.
 template <typename A, typename Index>
 struct RopeRotate {
   A* x;
+  A* x2;        // null: none
+  Index split;  // x's pairs, B·T·H·half
   const float* cos_table;
   const float* sin_table;
-  int64_t T, H, half, hd;  // half: the rotated elements' half; hd: a head's elements
-  int64_t step, partner;   // pair i: elements i·step and i·step + partner (RopeSpec's)
+  int64_t T, H, H2, half, hd;  // half: the rotated elements' half; hd: a head's elements
+  int64_t step, partner;       // pair i: elements i·step and i·step + partner (RopeSpec's)
   float sin_sign;
   const int32_t* doc_start;  // null: position t
   template <typename At>
   __device__ void operator()(At at) const {
-    const auto first = static_cast<Index>(at.first);
+    auto first = static_cast<Index>(at.first);
+    A* base = x;
+    Index heads = static_cast<Index>(H);
+    if (first >= split) first -= split, base = x2, heads = static_cast<Index>(H2);
     const auto i = static_cast<int64_t>(first % static_cast<Index>(half));
-    const Index head = first / static_cast<Index>(half);  // (b·T + t)·H + h
-    const Index row = head / static_cast<Index>(H);       // b·T + t
+    const Index head = first / static_cast<Index>(half);  // (b·T + t)·heads + h
+    const Index row = head / heads;                       // b·T + t
     const int64_t t = static_cast<int64_t>(row % static_cast<Index>(T)) -
                       (doc_start ? doc_start[row] : 0);  // the position
     const auto bth = static_cast<int64_t>(head);
     const At here{0};
-    A* x1 = x + bth * hd + i * step;  // chunks only with step 1: consecutive pairs
+    A* x1 = base + bth * hd + i * step;  // chunks only with step 1: consecutive pairs
     float a[At::kCount], b[At::kCount], c[At::kCount], s[At::kCount];
     here.load(x1, a);
     here.load(x1 + partner, b);
@@ -185,19 +192,33 @@ void launch_rmsnorm_backward_dg(float* dg, double* partials, ConstTensorView dy,
   });
 }
 
-void launch_rope(TensorView x, const float* cos_table, const float* sin_table, int64_t B, int64_t T,
-                 int64_t H, int64_t hd, int64_t rotated, int64_t step, int64_t partner,
-                 float sin_sign, const int32_t* doc_start, cudaStream_t stream) {
-  const int64_t half = rotated / 2, pairs = B * T * H * half;
-  const bool chunkable = step == 1 && half % kChunk == 0 && hd % kChunk == 0;
-  with_storage(x.dtype, "rope x", [&](auto tag) {
+void launch_rope(TensorView x, int64_t H, TensorView x2, int64_t H2, int64_t B, int64_t T,
+                 int64_t hd, const RopeRotation& rotation, const int32_t* doc_start,
+                 cudaStream_t stream) {
+  const int64_t half = rotation.rotated / 2, split = B * T * H * half;
+  const int64_t pairs = split + (x2 ? B * T * H2 * half : 0);
+  const bool chunkable = rotation.step == 1 && half % kChunk == 0 && hd % kChunk == 0;
+  with_storage(shared_storage("rope", {x, x2}), "rope x", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
     const auto launch = [&](auto index) {
       using Index = decltype(index);
-      launch_elementwise("rope",
-                         RopeRotate<A, Index>{typed<A>(x), cos_table, sin_table, T, H, half, hd,
-                                              step, partner, sin_sign, doc_start},
-                         pairs, {x.data, cos_table, sin_table}, stream, chunkable);
+      const RopeRotate<A, Index> rotate{typed<A>(x),
+                                        typed<A>(x2),
+                                        static_cast<Index>(split),
+                                        rotation.cos_table,
+                                        rotation.sin_table,
+                                        T,
+                                        H,
+                                        H2,
+                                        half,
+                                        hd,
+                                        rotation.step,
+                                        rotation.partner,
+                                        rotation.sin_sign,
+                                        doc_start};
+      launch_elementwise("rope", rotate, pairs,
+                         {x.data, x2.data, rotation.cos_table, rotation.sin_table}, stream,
+                         chunkable);
     };
     if (pairs <= static_cast<int64_t>(UINT32_MAX))
       launch(uint32_t{});
