@@ -130,10 +130,12 @@ class Backend {
   virtual void rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,
                                int64_t M, int64_t D, float eps, float weight_offset = 0.0f) = 0;
   // dx[M,D] += rstd·(w·dy) − x·rstd³·mean_d(w·dy·x), w = o + g;   dg[D] += Σ_m dy·x·rstd
-  // dx or dg may be null to skip that part (dg: a frozen norm weight).
+  // (dg_write kAssign: dg = Σ_m dy·x·rstd, whatever dg held). dx or dg may be null to skip that
+  // part (dg: a frozen norm weight).
   virtual void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
                                 ConstTensorView g, const float* rstd, int64_t M, int64_t D,
-                                float weight_offset = 0.0f) = 0;
+                                float weight_offset = 0.0f,
+                                GradWrite dg_write = GradWrite::kAdd) = 0;
 
   // ---- document masks (packed sequences) ----
   // doc_start[b·T + t] (int32, device memory, [B, T]) is the index in row b of the first token of

@@ -131,12 +131,20 @@ void LlamaModel::backward_group(int g, ConstTensorView params, float* grads,
   }
 }
 
-// Whether one weight-gradient GEMM of the backward writes all of t's gradient, so that kAssign can
-// overwrite it: the projections (one product each per micro-batch), the untied head (its first
-// chunk's product) and the LoRA adapters. The embedding's scatter, the norms' and the biases'
-// sums add into zeros instead.
-static bool gemm_writes_gradient(const TensorInfo& t) {
+// Whether one op of the backward writes all of t's gradient, so that kAssign can overwrite it: a
+// weight-gradient GEMM for the projections (one product each per micro-batch), the untied head
+// (its first chunk's product) and the LoRA adapters; the norm's backward (its column sums, one
+// call per micro-batch) for each RMSNorm weight. The embedding's scatter and the biases' sums add
+// into zeros instead.
+static bool backward_writes_gradient(const TensorInfo& t) {
   switch (t.role) {
+    case TensorRole::kInputNorm:
+    case TensorRole::kPostAttnNorm:
+    case TensorRole::kQNorm:
+    case TensorRole::kKNorm:
+    case TensorRole::kAttnOutNorm:
+    case TensorRole::kMlpOutNorm:
+    case TensorRole::kFinalNorm:
     case TensorRole::kQProj:
     case TensorRole::kKProj:
     case TensorRole::kVProj:
@@ -161,7 +169,7 @@ void LlamaModel::zero_unassigned_grads(int g, float* grads) {
   };
   for (int i : group.tensors) {  // in offset order
     const TensorInfo& t = layout_.tensors()[static_cast<size_t>(i)];
-    if (!gemm_writes_gradient(t) || !trainable_.trains(i)) continue;
+    if (!backward_writes_gradient(t) || !trainable_.trains(i)) continue;
     zero_until(t.offset);
     begin = t.offset + t.numel;
   }
@@ -262,7 +270,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
   mlp_backward(layer, P, A, grads, adapters, adapter_grads, write);
   // attention: x2 = (x + att·Woᵀ) + bo;  dbo += Σ_rows ∂L/∂x2 (Gemma 2: x2 = x + rms(attn_out))
   const ConstTensorView dattn_out = branch_output_backward(
-      layer, TensorRole::kAttnOutNorm, P.attn_out_norm, A.attn_out, A.rstd_attn_out, grads);
+      layer, TensorRole::kAttnOutNorm, P.attn_out_norm, A.attn_out, A.rstd_attn_out, grads, write);
   if (P.bo && grad(TensorRole::kOBias))
     be_.bias_backward(grad(TensorRole::kOBias), dattn_out, M_, D);
   be_.matmul_backward(t_.datt, grad(TensorRole::kOProj), dattn_out, A.att, P.wo, M_, D, QD, false,
@@ -283,7 +291,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
     const QkNormRows rows = qk_norm_rows(config_, heads);
     be_.zero(t_.datt, M_ * N);
     be_.rmsnorm_backward(t_.datt, grad(norm), dy, raw, g, rstd, M_ * rows.per_token, rows.width,
-                         config_.norm_weight_offset);
+                         config_.norm_weight_offset, write);
     return t_.datt;
   };
   const ConstTensorView in = attention_input(config_, A, x);
@@ -317,20 +325,20 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
   const int first = q_batched ? 0 : 1;
   be_.matmul_weight_grad_batch(qkv_grads + first, qkv_dys + first, in, 3 - first, M_, KV, D, write);
   // t_.dresid becomes ∂L/∂x = ∂L/∂x2 + rmsnorm_backward(dxn1) (OLMo 2: + dxn1 itself)
-  pre_norm_backward(layer, TensorRole::kInputNorm, P.input_norm, x, A.rstd1, grads);
+  pre_norm_backward(layer, TensorRole::kInputNorm, P.input_norm, x, A.rstd1, grads, write);
 }
 
 // ∂L/∂(a pre-norm's input) += the norm's backward of t_.dxn, ∂L/∂(its output), into t_.dresid; a
 // layer without pre-norms (OLMo 2) fed its input to the projections, so t_.dxn adds as it is.
 void LlamaModel::pre_norm_backward(int layer, TensorRole role, ConstTensorView g, ConstTensorView x,
-                                   const float* rstd, float* grads) {
+                                   const float* rstd, float* grads, GradWrite write) {
   const int64_t D = config_.hidden_size;
   if (!config_.pre_norms) {
     be_.add_inplace(t_.dresid, t_.dxn, M_ * D);
     return;
   }
   be_.rmsnorm_backward(t_.dresid, layer_grad(role, layer, grads), t_.dxn, x, g, rstd, M_, D,
-                       config_.norm_weight_offset);
+                       config_.norm_weight_offset, write);
 }
 
 // Where tensor r of `layer` accumulates its gradient in `grads`; null for a frozen tensor (its
@@ -345,7 +353,7 @@ float* LlamaModel::layer_grad(TensorRole r, int layer, float* grads) const {
 // of y, or times Granite's residual_multiplier, into t_.dxn (free here), which is returned.
 ConstTensorView LlamaModel::branch_output_backward(int layer, TensorRole role, ConstTensorView g,
                                                    ConstTensorView y, const float* rstd,
-                                                   float* grads) {
+                                                   float* grads, GradWrite write) {
   if (config_.plain_residual_add()) return t_.dresid;
   const int64_t D = config_.hidden_size;
   if (!config_.sandwich_norms) {
@@ -355,7 +363,7 @@ ConstTensorView LlamaModel::branch_output_backward(int layer, TensorRole role, C
   }
   be_.zero(t_.dxn, M_ * D);
   be_.rmsnorm_backward(t_.dxn, layer_grad(role, layer, grads), t_.dresid, y, g, rstd, M_, D,
-                       config_.norm_weight_offset);
+                       config_.norm_weight_offset, write);
   return t_.dxn;
 }
 
@@ -366,7 +374,7 @@ void LlamaModel::mlp_backward(int layer, const LayerWeights& P, const LayerActs&
   auto grad = [&](TensorRole r) { return layer_grad(r, layer, grads); };
   // out = x2 + (act(gate)·up)·Wdᵀ (Gemma 2: x2 + rms(mlp_out), mlp_out = h·Wdᵀ)
   const ConstTensorView dmlp_out = branch_output_backward(
-      layer, TensorRole::kMlpOutNorm, P.mlp_out_norm, A.mlp_out, A.rstd_mlp_out, grads);
+      layer, TensorRole::kMlpOutNorm, P.mlp_out_norm, A.mlp_out, A.rstd_mlp_out, grads, write);
   be_.matmul_backward(t_.dh, grad(TensorRole::kDownProj), dmlp_out, A.h, P.wdown, M_, D, F, false,
                       write);
   lora_backward(layer, LoraTarget::kDown, t_.dh, {dmlp_out}, A.h, adapters, adapter_grads, write,
@@ -385,7 +393,7 @@ void LlamaModel::mlp_backward(int layer, const LayerWeights& P, const LayerActs&
   const ConstTensorView gate_up_dys[] = {t_.dgate, t_.dup};
   be_.matmul_weight_grad_batch(gate_up_grads, gate_up_dys, in, 2, M_, F, D, write);
   // t_.dresid becomes ∂L/∂x2 = ∂L/∂out + rmsnorm_backward(dxn2) (OLMo 2: + dxn2 itself)
-  pre_norm_backward(layer, TensorRole::kPostAttnNorm, P.post_norm, A.x2, A.rstd2, grads);
+  pre_norm_backward(layer, TensorRole::kPostAttnNorm, P.post_norm, A.x2, A.rstd2, grads, write);
 }
 
 }  // namespace zt

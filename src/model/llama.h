@@ -170,7 +170,8 @@ class LlamaModel {
   // embedding_grads when the embedding is.
   // write = kAssign: grads (or adapter_grads) need not be zeroed: every element of the group's
   // layout range [0, numel) is overwritten with this micro-batch's gradient (a frozen tensor's
-  // range and every gradient no GEMM assigns, norms, biases, the embedding, with zeros first),
+  // range and every gradient no GEMM or norm backward assigns, biases, the embedding, with zeros
+  // first),
   // bitwise what kAdd leaves in a zeroed buffer but for −0 (backend.h GradWrite); the padding past
   // numel is the caller's. embedding_grads is always added to.
   void backward_group(int g, ConstTensorView params, float* grads, ConstTensorView embedding = {},
@@ -213,16 +214,18 @@ class LlamaModel {
                       float* adapter_grads, GradWrite write);
   // layer_backward's parts (model/llama.cpp).
   float* layer_grad(TensorRole r, int layer, float* grads) const;
+  // Each writes its norm's gradient by `write` (kAssign: the micro-batch's only writer of it).
   ConstTensorView branch_output_backward(int layer, TensorRole role, ConstTensorView g,
-                                         ConstTensorView y, const float* rstd, float* grads);
+                                         ConstTensorView y, const float* rstd, float* grads,
+                                         GradWrite write);
   void pre_norm_backward(int layer, TensorRole role, ConstTensorView g, ConstTensorView x,
-                         const float* rstd, float* grads);
+                         const float* rstd, float* grads, GradWrite write);
   void mlp_backward(int layer, const LayerWeights& P, const LayerActivations& A, float* grads,
                     ConstTensorView adapters, float* adapter_grads, GradWrite write);
   // RoPE's backward on t_.dq and t_.dk, where the layer rotated them (not SmolLM3's NoPE layers).
   void rope_backward_qk(int layer, const int32_t* doc_start);
-  // kAssign's first half: zeros in group g's gradient ranges that no weight-gradient GEMM of its
-  // backward assigns (gradients of other ops, frozen tensors, gaps).
+  // kAssign's first half: zeros in group g's gradient ranges that no weight-gradient GEMM or norm
+  // backward of its backward assigns (gradients of other ops, frozen tensors, gaps).
   void zero_unassigned_grads(int g, float* grads);
   // LoRA on one projection y = x·Wᵀ of `layer` (model/llama_lora.cpp); nothing when `target` has
   // no adapter. Forward: y += s·(x·Aᵀ)·Bᵀ. Backward: dB += dyᵀ·u, dA += duᵀ·x, dx += du·A.

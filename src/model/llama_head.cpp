@@ -92,7 +92,7 @@ void LlamaModel::head_backward(ConstTensorView params, float* grads, ConstTensor
   be_.zero(t_.dresid, M_ * D);
   float* norm_grads = trainable_.trains(layout_.index_of(norm_t)) ? grads + norm_t.offset : nullptr;
   be_.rmsnorm_backward(t_.dresid, norm_grads, t_.dxn, t_.resid.back(), params.at(norm_t.offset),
-                       t_.final_rstd, M_, D, config_.norm_weight_offset);
+                       t_.final_rstd, M_, D, config_.norm_weight_offset, write);
 }
 
 double sum_token_losses(const float* losses, int64_t n) {

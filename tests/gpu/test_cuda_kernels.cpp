@@ -67,6 +67,15 @@ TEST_F(CudaKernels, RmsNormForwardBackward) {
           EXPECT_TRUE(bitwise_equal(d_dg.download(), first_dg, "dg run 2"));
         }
       }
+      // kAssign writes dg over whatever it held (NaN here): the CPU's assigned sums.
+      const std::vector<float> nans(D, std::nanf(""));
+      std::vector<float> assigned = nans;
+      cpu_.rmsnorm_backward(nullptr, assigned.data(), dy.data(), x.data(), g.data(), rstd.data(), M,
+                            D, offset, GradWrite::kAssign);
+      DeviceBuffer<float> d_assigned(nans);
+      gpu_->rmsnorm_backward(nullptr, d_assigned.get(), d_dy.get(), d_x.get(), d_g.get(),
+                             d_rstd.get(), M, D, offset, GradWrite::kAssign);
+      EXPECT_TRUE(close(d_assigned.download(), assigned, kFp32Tolerance, "dg assigned"));
     }
 }
 

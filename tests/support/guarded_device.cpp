@@ -223,7 +223,7 @@ class GuardedBackend final : public Backend {
   }
   void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
                         ConstTensorView g, const float* rstd, int64_t M, int64_t D,
-                        float weight_offset = 0.0f) override {
+                        float weight_offset = 0.0f, GradWrite dg_write = GradWrite::kAdd) override {
     need(dx, M * D, "rmsnorm_backward dx");
     need(dg, D, "rmsnorm_backward dg");
     need(dy, M * D, "rmsnorm_backward dy");
@@ -231,7 +231,7 @@ class GuardedBackend final : public Backend {
     need(g, D, "rmsnorm_backward g");
     need(rstd, M, "rmsnorm_backward rstd");
     GuardedDeviceMemory::Access a(mem_);
-    be_.rmsnorm_backward(dx, dg, dy, x, g, rstd, M, D, weight_offset);
+    be_.rmsnorm_backward(dx, dg, dy, x, g, rstd, M, D, weight_offset, dg_write);
   }
   // Host memory: the wrapped backend reads it as the model passes it.
   void set_document_layout(const int32_t* host_doc_start, int64_t B, int64_t T) override {

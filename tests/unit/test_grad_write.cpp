@@ -20,6 +20,7 @@
 #include "model/llama.h"
 #include "model/lora.h"
 #include "model/trainable.h"
+#include "support/family_shapes.h"
 #include "util/memory.h"
 
 namespace zt {
@@ -170,12 +171,17 @@ std::vector<BackwardCase> backward_cases() {
   no_gqa_biases.qkv_bias = no_gqa_biases.o_bias = true;
   ModelConfig phi3 = tiny;  // fused qkv_proj and gate_up_proj: one adapter on each
   phi3.fused_projections = true;
+  // Norms of the attention's and the MLP's outputs beside the pre-norms (GLM-4's); OLMo 2's
+  // output norms alone, with q/k norms over a token's whole projection.
+  const ModelConfig glm4 = glm4_from_llama_shape(tiny), olmo2 = olmo2_from_llama_shape(tiny);
   const ActivationCheckpointing every_layer{1, false, false}, selective{0, false, true};
   return {
       {"every tensor, the head in 3 chunks", tiny, {}, {}, 8},
       {"tied embeddings", tied, {}, {}, 8},
       {"tied embeddings, the embedding frozen", tied, {}, {"embed_tokens"}, 0},
       {"biases and q/k norms", qwen3, {}, {}, 0},
+      {"sandwich norms (GLM-4's)", glm4, {}, {}, 0},
+      {"output norms and whole-projection q/k norms (OLMo 2's)", olmo2, {}, {}, 0},
       {"q, k and v in one batch", no_gqa, {}, {}, 0},
       {"q, k and v in one batch, with biases", no_gqa_biases, {}, {}, 0},
       {"frozen tensors inside trained groups", tiny, {}, {"layers\\.1\\.mlp", "norm", "q_proj"}, 0},

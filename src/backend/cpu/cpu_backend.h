@@ -56,7 +56,7 @@ class CpuBackend final : public Backend {
                        int64_t D, float eps, float weight_offset = 0.0f) override;
   void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
                         ConstTensorView g, const float* rstd, int64_t M, int64_t D,
-                        float weight_offset = 0.0f) override;
+                        float weight_offset = 0.0f, GradWrite dg_write = GradWrite::kAdd) override;
 
   void rope_forward_after(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
                           const RopeSpec& rope, int64_t past) override;

@@ -71,11 +71,13 @@ inline float max_of(const float* x, int64_t n) {
 // Columns per work item when a reduction over rows is split by columns (add_column_sums).
 constexpr int64_t kColumnBlock = 64;
 
-// out[n] += Σ_m term(m, n) for n < N: each column's terms summed in double from zero, rows in
-// order, and added once; threads take blocks of kColumnBlock columns, so the order depends on
-// nothing but M. term(m, n) returns the double to add (rmsnorm's dg, a bias's gradient).
+// out[n] += Σ_m term(m, n) for n < N (assign: out[n] = Σ, whatever out held): each column's
+// terms summed in double from zero, rows in order, and added once; threads take blocks of
+// kColumnBlock columns, so the order depends on nothing but M. term(m, n) returns the double to
+// add (rmsnorm's dg, a bias's gradient).
 template <typename Term>
-void add_column_sums(float* out, int64_t M, int64_t N, bool parallel, Term term) {
+void add_column_sums(float* out, int64_t M, int64_t N, bool parallel, Term term,
+                     bool assign = false) {
   const int64_t blocks = (N + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t blk = 0; blk < blocks; ++blk) {
@@ -84,7 +86,8 @@ void add_column_sums(float* out, int64_t M, int64_t N, bool parallel, Term term)
     double acc[kColumnBlock] = {};
     for (int64_t m = 0; m < M; ++m)
       for (int64_t j = 0; j < width; ++j) acc[j] += term(m, n0 + j);
-    for (int64_t j = 0; j < width; ++j) out[n0 + j] += static_cast<float>(acc[j]);
+    for (int64_t j = 0; j < width; ++j)
+      out[n0 + j] = assign ? static_cast<float>(acc[j]) : out[n0 + j] + static_cast<float>(acc[j]);
   }
 }
 

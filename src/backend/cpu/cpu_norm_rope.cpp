@@ -34,10 +34,11 @@ void CpuBackend::rmsnorm_forward(TensorView y_view, float* rstd, ConstTensorView
 }
 
 // Backward: dx += rstd·(w·dy) − x·rstd³·mean_d(w·dy·x), w = o + g, rows in parallel;
-// dg[d] += Σ_m dy·x·rstd, columns in parallel (each column summed over m in order, in double).
+// dg[d] += Σ_m dy·x·rstd (kAssign: =), columns in parallel (each column summed over m in order,
+// in double).
 void CpuBackend::rmsnorm_backward(TensorView dx_view, float* dg, ConstTensorView dy_view,
                                   ConstTensorView x_view, ConstTensorView g_view, const float* rstd,
-                                  int64_t M, int64_t D, float weight_offset) {
+                                  int64_t M, int64_t D, float weight_offset, GradWrite dg_write) {
   const Fp32Input dy32(dy_view, M * D), x32(x_view, M * D), g32(g_view, D);
   Fp32Output dx32(dx_view, M * D, Fp32Output::Contents::kKeep);
   const float* dy = dy32.get();
@@ -61,9 +62,12 @@ void CpuBackend::rmsnorm_backward(TensorView dx_view, float* dg, ConstTensorView
     }
   }
   if (dg) {
-    add_column_sums(dg, M, D, parallel, [&](int64_t m, int64_t d) {
-      return static_cast<double>(dy[m * D + d] * x[m * D + d] * rstd[m]);
-    });
+    add_column_sums(
+        dg, M, D, parallel,
+        [&](int64_t m, int64_t d) {
+          return static_cast<double>(dy[m * D + d] * x[m * D + d] * rstd[m]);
+        },
+        dg_write == GradWrite::kAssign);
   }
   dx32.commit();
 }

@@ -337,13 +337,14 @@ void CudaBackend::rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, 
 
 void CudaBackend::rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
                                    ConstTensorView g, const float* rstd, int64_t M, int64_t D,
-                                   float weight_offset) {
+                                   float weight_offset, GradWrite dg_write) {
   if (dx) launch_rmsnorm_backward_dx(dx, dy, x, g, rstd, M, D, weight_offset, state_->stream);
+  if (dg && M == 0 && dg_write == GradWrite::kAssign) zero(dg, D);  // sums over no rows
   if (dg && M > 0 && D > 0) {
     const ArenaScope scope(*state_->arena);
     const ColumnSumScratch scratch = column_sum_scratch(M, D);
     launch_rmsnorm_backward_dg(dg, scratch.partials, dy, x, rstd, M, D, scratch.rows_per_chunk,
-                               state_->stream);
+                               dg_write == GradWrite::kAssign, state_->stream);
   }
 }
 

@@ -129,7 +129,7 @@ class CudaBackend final : public Backend {
   void bias_backward(float* db, ConstTensorView dy, int64_t M, int64_t N) override;
   void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
                         ConstTensorView g, const float* rstd, int64_t M, int64_t D,
-                        float weight_offset = 0.0f) override;
+                        float weight_offset = 0.0f, GradWrite dg_write = GradWrite::kAdd) override;
 
   void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd, const RopeSpec& rope,
                     const int32_t* doc_start = nullptr) override;

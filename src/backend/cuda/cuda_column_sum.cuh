@@ -27,27 +27,29 @@ __global__ void column_sum_partials_kernel(double* partials, Term term, int64_t 
   partials[chunk * N + n] = acc;
 }
 
-// Pass 2: out[n] += Σ_c partials[c][n], chunks in order.
+// Pass 2: out[n] += Σ_c partials[c][n], chunks in order (assign: out[n] =, whatever it held).
 static __global__ void column_sum_finish_kernel(float* out, const double* partials, int64_t chunks,
-                                                int64_t N) {
+                                                int64_t N, bool assign) {
   const int64_t n = global_thread();
   if (n >= N) return;
   double acc = 0.0;
   for (int64_t c = 0; c < chunks; ++c) acc += partials[c * N + n];
-  out[n] += static_cast<float>(acc);
+  out[n] = assign ? static_cast<float>(acc) : out[n] + static_cast<float>(acc);
 }
 
-// Enqueues both passes; partials holds ⌈M / rows_per_chunk⌉·N doubles of device scratch.
+// Enqueues both passes; partials holds ⌈M / rows_per_chunk⌉·N doubles of device scratch. With
+// `assign`, out = the sums (no pass reads it), else out += them.
 template <typename Term>
 void launch_column_sums(float* out, double* partials, Term term, int64_t M, int64_t N,
-                        int64_t rows_per_chunk, cudaStream_t stream) {
+                        int64_t rows_per_chunk, cudaStream_t stream, bool assign = false) {
   if (M == 0 || N == 0) return;
   const int64_t chunks = (M + rows_per_chunk - 1) / rows_per_chunk;
   const unsigned column_blocks = static_cast<unsigned>((N + kRowThreads - 1) / kRowThreads);
   column_sum_partials_kernel<<<dim3(column_blocks, static_cast<unsigned>(chunks)), kRowThreads, 0,
                                stream>>>(partials, term, M, N, rows_per_chunk);
   ZT_CUDA_CHECK_LAUNCH("column_sum_partials_kernel");
-  column_sum_finish_kernel<<<column_blocks, kRowThreads, 0, stream>>>(out, partials, chunks, N);
+  column_sum_finish_kernel<<<column_blocks, kRowThreads, 0, stream>>>(out, partials, chunks, N,
+                                                                      assign);
   ZT_CUDA_CHECK_LAUNCH("column_sum_finish_kernel");
 }
 

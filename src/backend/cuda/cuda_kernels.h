@@ -27,9 +27,10 @@ void launch_rmsnorm_backward_dx(TensorView dx, ConstTensorView dy, ConstTensorVi
                                 float weight_offset, cudaStream_t stream);
 // dg[d] += Σ_m dy·x·rstd in two passes: partials[chunk][d] (doubles, rows_per_chunk rows each),
 // then the chunks in order.
+// dg += Σ_m dy·x·rstd (assign: dg =, whatever it held).
 void launch_rmsnorm_backward_dg(float* dg, double* partials, ConstTensorView dy, ConstTensorView x,
                                 const float* rstd, int64_t M, int64_t D, int64_t rows_per_chunk,
-                                cudaStream_t stream);
+                                bool assign, cudaStream_t stream);
 // A rotation by ±angle from the [T, rotated/2] cos/sin tables (sin_sign = ±1) of the `rotated`
 // leading elements of each head; pair i is elements i·step and i·step + partner
 // (RopeSpec::pair_step and pair_partner: (i, i + rotated/2), or GLM's (2i, 2i + 1)).

@@ -184,11 +184,11 @@ void launch_rmsnorm_backward_dx(TensorView dx, ConstTensorView dy, ConstTensorVi
 
 void launch_rmsnorm_backward_dg(float* dg, double* partials, ConstTensorView dy, ConstTensorView x,
                                 const float* rstd, int64_t M, int64_t D, int64_t rows_per_chunk,
-                                cudaStream_t stream) {
+                                bool assign, cudaStream_t stream) {
   with_storage(shared_storage("rmsnorm_backward", {dy, x}), "rmsnorm_backward", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
     launch_column_sums(dg, partials, RmsnormDgTerm<A>{typed<A>(dy), typed<A>(x), rstd, D}, M, D,
-                       rows_per_chunk, stream);
+                       rows_per_chunk, stream, assign);
   });
 }
 
