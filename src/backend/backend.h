@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/attention_graph_report.h"
 #include "backend/attention_scores.h"
@@ -42,6 +43,13 @@ namespace zt {
 // overwrites (dw = product; bitwise what kAdd gives on a zeroed buffer, except that an element
 // whose product is −0 may stay −0 where the addition gives +0: equal values).
 enum class GradWrite { kAdd, kAssign };
+
+// One sum of squares a backend writes to device memory: *out = Σ x[i]², i < n (sum_squares_each).
+struct SquaresSum {
+  double* out;
+  const float* x;
+  int64_t n;
+};
 
 struct AdamWHyper {
   float lr = 1e-3f;
@@ -253,6 +261,12 @@ class Backend {
   virtual void sum_squares_to(double* out, const float* x, int64_t n) {
     const double sum = sum_squares(x, n);
     device_memory().to_device(out, &sum, sizeof(double));
+  }
+  // sum_squares_to of each of `sums`, in issue order: by default one after another; a device
+  // backend may enqueue them together (the CUDA backend: two launches for up to 64 sums instead
+  // of two each), with the same bits.
+  virtual void sum_squares_each(const std::vector<SquaresSum>& sums) {
+    for (const SquaresSum& s : sums) sum_squares_to(s.out, s.x, s.n);
   }
   // Σ x² of each fixed block, in double: out[b] = Σ x_i² over i ∈ [b·block, min(n, (b+1)·block)),
   // one device double per block, in issue order. A block's sum depends on its elements only, not

@@ -284,8 +284,10 @@ float* ZeroEngine::Impl::own_grads(int g) {
 double ZeroEngine::Impl::gradient_norm() {
   if (invariant()) return invariant_gradient_norm();
   const int G = num_groups();
+  std::vector<SquaresSum> group_sums;
   for (int g = 0; g < G; ++g)
-    if (trains(g)) be.sum_squares_to(group_sumsq.data() + g, own_grads(g), own_size(g));
+    if (trains(g)) group_sums.push_back({group_sumsq.data() + g, own_grads(g), own_size(g)});
+  be.sum_squares_each(group_sums);
   std::vector<double> sums(static_cast<size_t>(G));
   dev.to_host(sums.data(), group_sumsq.data(), sums.size() * sizeof(double));
   double sumsq = 0.0;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <limits>
 #include <memory>
 
@@ -473,6 +474,32 @@ TEST_F(CudaKernels, SumSquaresDeterministicAndClose) {
     DeviceBuffer<double> d_sum(1);                      // poisoned: NaN until written
     gpu_->sum_squares_to(d_sum.get(), d_x.get(), n);
     EXPECT_EQ(d_sum.download()[0], first);  // the same kernels, left on the device
+  }
+}
+
+// The engine's gradient norm: every group's sum enqueued together (two launches per 64 sums)
+// gives each the bits of its own sum_squares_to, past one batch (70 sums, some empty).
+TEST_F(CudaKernels, SumSquaresEachIsEachOnesSumBitwise) {
+  const int64_t lengths[] = {0, 1, 12345, 3000001, 1024, 7};
+  const int count = 70;
+  std::deque<DeviceBuffer<float>> xs;              // not movable: a deque keeps each in place
+  DeviceBuffer<double> each(count), alone(count);  // poisoned: NaN until written
+  std::vector<SquaresSum> sums;
+  for (int i = 0; i < count; ++i) {
+    const int64_t n = lengths[i % 6];
+    xs.emplace_back(random_floats(n, 40 + i));
+    sums.push_back({each.get() + i, xs.back().get(), n});
+  }
+  gpu_->sum_squares_each(sums);
+  for (int i = 0; i < count; ++i)
+    gpu_->sum_squares_to(alone.get() + i, sums[static_cast<size_t>(i)].x,
+                         sums[static_cast<size_t>(i)].n);
+  const std::vector<double> got = each.download(), want = alone.download();
+  for (int i = 0; i < count; ++i) {
+    SCOPED_TRACE("sum " + std::to_string(i));
+    EXPECT_EQ(
+        std::memcmp(&got[static_cast<size_t>(i)], &want[static_cast<size_t>(i)], sizeof(double)), 0)
+        << got[static_cast<size_t>(i)] << " vs " << want[static_cast<size_t>(i)];
   }
 }
 

@@ -541,6 +541,21 @@ void CudaBackend::sum_squares_to(double* out, const float* x, int64_t n) {
   launch_sum_squares(out, partials, x, n, state_->stream);
 }
 
+void CudaBackend::sum_squares_each(const std::vector<SquaresSum>& sums) {
+  for (size_t first = 0; first < sums.size(); first += kSumSquaresBatch) {
+    const ArenaScope scope(*state_->arena);
+    SquaresSumBatch batch;
+    for (size_t i = first; i < sums.size() && batch.count < kSumSquaresBatch; ++i, ++batch.count) {
+      batch.x[batch.count] = sums[i].x;
+      batch.n[batch.count] = sums[i].n;
+      batch.out[batch.count] = sums[i].out;
+    }
+    double* partials = state_->arena->allocate<double>(
+        ScratchCategory::kReduction, static_cast<size_t>(batch.count) * kSumSquaresBlocks);
+    launch_sum_squares_batch(batch, partials, state_->stream);
+  }
+}
+
 void CudaBackend::block_sum_squares(double* out, const float* x, int64_t n, int64_t block) {
   launch_block_sum_squares(out, x, n, block, state_->stream);
 }

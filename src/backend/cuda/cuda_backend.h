@@ -170,6 +170,7 @@ class CudaBackend final : public Backend {
              float* param_f32, int64_t n, const AdamWHyper& h) override;
   double sum_squares(const float* x, int64_t n) override;
   void sum_squares_to(double* out, const float* x, int64_t n) override;  // does not wait
+  void sum_squares_each(const std::vector<SquaresSum>& sums) override;   // 2 launches per 64
   void block_sum_squares(double* out, const float* x, int64_t n, int64_t block) override;
 
   void add_inplace(TensorView y, ConstTensorView x, int64_t n) override;

@@ -113,6 +113,16 @@ void launch_adamw(float* master, float* m, float* v, const float* grad, uint16_t
 constexpr int kSumSquaresBlocks = 1024;
 void launch_sum_squares(double* result, double* partials, const float* x, int64_t n,
                         cudaStream_t stream);
+// launch_sum_squares of up to kSumSquaresBatch sums in two launches: each sum's blocks and tree are
+// launch_sum_squares's (the same bits); partials holds count·kSumSquaresBlocks doubles.
+constexpr int kSumSquaresBatch = 64;
+struct SquaresSumBatch {
+  const float* x[kSumSquaresBatch];
+  int64_t n[kSumSquaresBatch];
+  double* out[kSumSquaresBatch];
+  int count = 0;
+};
+void launch_sum_squares_batch(const SquaresSumBatch& batch, double* partials, cudaStream_t stream);
 // out[b] = Σ x² over block b of `block` elements (the last one shorter): one CUDA block each.
 void launch_block_sum_squares(double* out, const float* x, int64_t n, int64_t block,
                               cudaStream_t stream);
