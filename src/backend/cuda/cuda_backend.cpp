@@ -105,7 +105,9 @@ CudaBackend::CudaBackend(int device, const CudaBackendOptions& options)
   s.memory = std::make_unique<CudaDeviceMemory>(s.stream);
   s.timeline = std::make_unique<CudaEventTimeline>(s.stream);
   ZT_CUDA_CHECK(cudaMallocHost(&s.sum_result_host, sizeof(double)));
-  const size_t reduction_floor = kSumSquaresBlocks * sizeof(double) + 2 * kArenaAlignment;
+  // The reduction region holds at least one batch of sum_squares_each's partials.
+  const size_t reduction_floor =
+      size_t{kSumSquaresBatch} * kSumSquaresBlocks * sizeof(double) + 2 * kArenaAlignment;
   s.arena = std::make_unique<DeviceArena>(std::array<size_t, kNumScratchCategories>{
       options.gemm_workspace_bytes, options.attention_scratch_bytes,
       std::max(options.reduction_scratch_bytes, reduction_floor)});

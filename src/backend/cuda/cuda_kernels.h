@@ -25,9 +25,8 @@ void launch_rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstT
 void launch_rmsnorm_backward_dx(TensorView dx, ConstTensorView dy, ConstTensorView x,
                                 ConstTensorView g, const float* rstd, int64_t M, int64_t D,
                                 float weight_offset, cudaStream_t stream);
-// dg[d] += Σ_m dy·x·rstd in two passes: partials[chunk][d] (doubles, rows_per_chunk rows each),
-// then the chunks in order.
-// dg += Σ_m dy·x·rstd (assign: dg =, whatever it held).
+// dg[d] += Σ_m dy·x·rstd (assign: dg[d] =, whatever it held) in two passes: partials[chunk][d]
+// (doubles, rows_per_chunk rows each), then the chunks in order.
 void launch_rmsnorm_backward_dg(float* dg, double* partials, ConstTensorView dy, ConstTensorView x,
                                 const float* rstd, int64_t M, int64_t D, int64_t rows_per_chunk,
                                 bool assign, cudaStream_t stream);
