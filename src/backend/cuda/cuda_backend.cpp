@@ -474,50 +474,6 @@ void CudaBackend::attention_backward(TensorView dq, TensorView dk, TensorView dv
                            out, lse, {B, T, H, Hkv, hd, scores}, doc_start);
 }
 
-// ---- gated MLP activation, embedding, cross-entropy (cuda_pointwise.cu) ----
-void CudaBackend::glu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
-                              GluActivation act) {
-  launch_glu_forward(h, gate, up, n, act, state_->stream);
-}
-
-void CudaBackend::glu_backward(TensorView dgate, TensorView dup, ConstTensorView dh,
-                               ConstTensorView gate, ConstTensorView up, int64_t n,
-                               GluActivation act) {
-  launch_glu_backward(dgate, dup, dh, gate, up, n, act, state_->stream);
-}
-
-void CudaBackend::embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table,
-                                    int64_t n, int64_t D) {
-  launch_embedding_forward(x, tokens, table, n, D, state_->stream);
-}
-
-// The sorted kernel where its scratch fits the reduction region (every micro-batch of up to about
-// half a million tokens), else the scan kernel; both give the CPU's bits.
-void CudaBackend::embedding_backward(float* dtable, ConstTensorView dx, const int32_t* tokens,
-                                     int64_t n, int64_t D) {
-  if (n == 0 || D == 0) return;
-  const ArenaScope scope(*state_->arena);
-  const BumpRegion& region = state_->arena->region(ScratchCategory::kReduction);
-  const size_t need = embedding_sort_scratch_bytes(n);
-  if (need + kArenaAlignment > region.capacity() - region.used()) {
-    launch_embedding_backward(dtable, dx, tokens, n, D, state_->stream);
-    return;
-  }
-  void* scratch = state_->arena->allocate_bytes(ScratchCategory::kReduction, need);
-  launch_embedding_backward_sorted(dtable, dx, tokens, n, D, scratch, need, state_->stream);
-}
-
-void CudaBackend::cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
-                                const int32_t* targets, int64_t M, int64_t V, float grad_scale,
-                                float softcap) {
-  launch_cross_entropy(losses, dlogits, logits, targets, M, V, grad_scale, softcap, state_->stream);
-}
-
-void CudaBackend::softcap_inplace(TensorView y, float c, int64_t n) {
-  ZT_CHECK(c > 0.0f, "softcap_inplace: the cap must be positive, got " + std::to_string(c));
-  launch_softcap(y, c, n, state_->stream);
-}
-
 // ---- optimizer (cuda_optimizer.cu) ----
 void CudaBackend::adamw(float* master, float* m, float* v, const float* grad, bf16_t* param_bf16,
                         float* param_f32, int64_t n, const AdamWHyper& h) {
@@ -562,47 +518,12 @@ void CudaBackend::block_sum_squares(double* out, const float* x, int64_t n, int6
   launch_block_sum_squares(out, x, n, block, state_->stream);
 }
 
-// ---- elementwise helpers ----
-void CudaBackend::add_inplace(TensorView y, ConstTensorView x, int64_t n) {
-  launch_add(y, x, n, state_->stream);
-}
-
-void CudaBackend::scale_inplace(TensorView y, float s, int64_t n) {
-  launch_scale(y, s, n, state_->stream);
-}
-
-void CudaBackend::dropout_forward(TensorView y, ConstTensorView x, int64_t M, int64_t K, float p,
-                                  uint64_t stream, int64_t first_row) {
-  launch_dropout(y, x, M * K, static_cast<uint64_t>(first_row) * static_cast<uint64_t>(K), p,
-                 stream, state_->stream);
-}
-
-void CudaBackend::zero(TensorView y, int64_t n) {
-  if (n > 0) ZT_CUDA_CHECK(cudaMemsetAsync(y.data, 0, view_bytes(y, n), state_->stream));
-}
-
 DeviceMemory& CudaBackend::device_memory() {
   return *state_->memory;
 }
 
 CudaDeviceMemory& CudaBackend::cuda_memory() {
   return *state_->memory;
-}
-
-void CudaBackend::to_bf16(bf16_t* out, const float* in, int64_t n) {
-  launch_to_bf16(out, in, n, state_->stream);
-}
-
-void CudaBackend::from_bf16(float* out, const bf16_t* in, int64_t n) {
-  launch_from_bf16(out, in, n, state_->stream);
-}
-
-void CudaBackend::to_fp16(uint16_t* out, const float* in, int64_t n) {
-  launch_to_fp16(out, in, n, state_->stream);
-}
-
-void CudaBackend::from_fp16(float* out, const uint16_t* in, int64_t n) {
-  launch_from_fp16(out, in, n, state_->stream);
 }
 
 }  // namespace cuda

@@ -233,7 +233,8 @@ class CudaBackend final : public Backend {
   // RoPE of x[B,T,H,hd] (and of x2[B,T,H2,hd] in the same launch, where given) by sin_sign·angle.
   void rotate(TensorView x, int64_t H, TensorView x2, int64_t H2, int64_t B, int64_t T, int64_t hd,
               const RopeSpec& rope, float sin_sign, const int32_t* doc_start);
-  // The device scratch arena, for ops defined outside cuda_backend.cpp (cuda_backend_dora.cpp).
+  // The device scratch arena, for ops defined outside cuda_backend.cpp (cuda_backend_dora.cpp,
+  // cuda_backend_pointwise.cpp).
   DeviceArena& scratch_arena();
 
   struct State;  // stream, cuBLASLt, arena, RoPE table (cuda_backend.cpp)

@@ -49,43 +49,29 @@ struct AdamWUpdate {
   }
 };
 
-// Σ x², pass 1: kSumSquaresBlocks blocks (a constant, not the device's SM count; the grid's x),
-// each thread a grid-stride sequence in double, then a block tree → partials[block].
-__device__ void sum_squares_partial(double* partials, const float* x, int64_t n) {
+// Σ x² of each sum of a batch, pass 1, grid (kSumSquaresBlocks, sums): sum blockIdx.y's
+// kSumSquaresBlocks blocks (a constant, not the device's SM count; global_thread and grid_threads
+// count along x alone), each thread a grid-stride sequence in double, then a block tree → its
+// partials[block].
+__global__ void sum_squares_partials_kernel(double* partials, SquaresSumBatch batch) {
+  const int s = static_cast<int>(blockIdx.y);
+  const float* x = batch.x[s];
+  const int64_t n = batch.n[s];
   double acc = 0.0;
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     const double value = x[i];
     acc += value * value;
   }
   const double total = block_sum(acc);
-  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+  if (threadIdx.x == 0) partials[static_cast<int64_t>(s) * kSumSquaresBlocks + blockIdx.x] = total;
 }
 
-// Pass 2: one block of kSumSquaresBlocks threads sums the partials with the same tree.
-__device__ void sum_squares_finish(double* result, const double* partials) {
-  const double total = block_sum(partials[threadIdx.x]);
-  if (threadIdx.x == 0) *result = total;
-}
-
-__global__ void sum_squares_partials_kernel(double* partials, const float* x, int64_t n) {
-  sum_squares_partial(partials, x, n);
-}
-
-__global__ void sum_squares_finish_kernel(double* result, const double* partials) {
-  sum_squares_finish(result, partials);
-}
-
-// A batch of sums: sum blockIdx.y's pass 1 (grid (kSumSquaresBlocks, count): global_thread and
-// grid_threads count along x alone, as in one sum's launch), then one finishing block per sum.
-__global__ void batch_sum_squares_partials_kernel(double* partials, SquaresSumBatch batch) {
-  const int s = static_cast<int>(blockIdx.y);
-  sum_squares_partial(partials + static_cast<int64_t>(s) * kSumSquaresBlocks, batch.x[s],
-                      batch.n[s]);
-}
-
-__global__ void batch_sum_squares_finish_kernel(const double* partials, SquaresSumBatch batch) {
+// Pass 2: one block of kSumSquaresBlocks threads per sum adds its partials with the same tree.
+__global__ void sum_squares_finish_kernel(const double* partials, SquaresSumBatch batch) {
   const int s = static_cast<int>(blockIdx.x);
-  sum_squares_finish(batch.out[s], partials + static_cast<int64_t>(s) * kSumSquaresBlocks);
+  const double total =
+      block_sum(partials[static_cast<int64_t>(s) * kSumSquaresBlocks + threadIdx.x]);
+  if (threadIdx.x == 0) *batch.out[s] = total;
 }
 
 // Σ x² of one block of x per CUDA block: strided per-thread sums in double, then the block tree.
@@ -134,26 +120,24 @@ void launch_adamw(float* master, float* m, float* v, const float* grad, uint16_t
 
 void launch_sum_squares(double* result, double* partials, const float* x, int64_t n,
                         cudaStream_t stream) {
-  static_assert(kSumSquaresBlocks % kWarpSize == 0 && kSumSquaresBlocks <= 1024,
-                "the finishing block has one thread per partial");
-  sum_squares_partials_kernel<<<kSumSquaresBlocks, kElementwiseThreads, 0, stream>>>(partials, x,
-                                                                                     n);
-  ZT_CUDA_CHECK_LAUNCH("sum_squares_partials_kernel");
-  sum_squares_finish_kernel<<<1, kSumSquaresBlocks, 0, stream>>>(result, partials);
-  ZT_CUDA_CHECK_LAUNCH("sum_squares_finish_kernel");
+  SquaresSumBatch one;
+  one.x[0] = x, one.n[0] = n, one.out[0] = result, one.count = 1;
+  launch_sum_squares_batch(one, partials, stream);
 }
 
 void launch_sum_squares_batch(const SquaresSumBatch& batch, double* partials, cudaStream_t stream) {
+  static_assert(kSumSquaresBlocks % kWarpSize == 0 && kSumSquaresBlocks <= 1024,
+                "the finishing block has one thread per partial");
   ZT_CHECK(batch.count >= 0 && batch.count <= kSumSquaresBatch,
            "launch_sum_squares_batch: " + std::to_string(batch.count) + " sums (at most " +
                std::to_string(kSumSquaresBatch) + ")");
   if (batch.count == 0) return;
   const dim3 grid(kSumSquaresBlocks, static_cast<unsigned>(batch.count));
-  batch_sum_squares_partials_kernel<<<grid, kElementwiseThreads, 0, stream>>>(partials, batch);
-  ZT_CUDA_CHECK_LAUNCH("batch_sum_squares_partials_kernel");
-  batch_sum_squares_finish_kernel<<<static_cast<unsigned>(batch.count), kSumSquaresBlocks, 0,
-                                    stream>>>(partials, batch);
-  ZT_CUDA_CHECK_LAUNCH("batch_sum_squares_finish_kernel");
+  sum_squares_partials_kernel<<<grid, kElementwiseThreads, 0, stream>>>(partials, batch);
+  ZT_CUDA_CHECK_LAUNCH("sum_squares_partials_kernel");
+  sum_squares_finish_kernel<<<static_cast<unsigned>(batch.count), kSumSquaresBlocks, 0, stream>>>(
+      partials, batch);
+  ZT_CUDA_CHECK_LAUNCH("sum_squares_finish_kernel");
 }
 
 void launch_block_sum_squares(double* out, const float* x, int64_t n, int64_t block,
