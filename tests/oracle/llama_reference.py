@@ -465,3 +465,32 @@ def adamw_losses(weights, config, inputs, targets, steps, lr, weight_decay, beta
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     return losses, first
+
+
+def adamw_clipped_trajectory(weights, config, tokens, trainable, steps, hyper, clip):
+    """`steps` AdamW steps on one batch of windows (tokens [B, T + 1]) with only `trainable`
+    (a set of names) requiring gradients, the gradients clipped as the Hugging Face Trainer and
+    DeepSpeed clip them: torch.nn.utils.clip_grad_norm_ over every trainable gradient, which
+    returns the norm before clipping and scales by clip / (norm + 1e-6) when that is below 1
+    (clip <= 0: no clipping). hyper = (lr, weight_decay, betas, eps), the rate constant.
+    Returns (one loss per step, measured before its update; each step's norm before clipping;
+    the final masters)."""
+    lr, weight_decay, betas, eps = hyper
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    masters = {n: t.detach().clone().requires_grad_(n in trainable) for n, t in weights.items()}
+    optimizer = make_adamw({n: masters[n] for n in trainable}, lr, weight_decay, betas, eps)
+    losses, norms = [], []
+    for _ in range(steps):
+        _, loss, grads = loss_and_grads({n: t.detach() for n, t in masters.items()}, config,
+                                        inputs, targets, trainable=trainable)
+        if set(grads) != set(trainable):
+            raise AssertionError("the reference computed gradients of frozen tensors")
+        losses.append(loss)
+        for n in trainable:
+            masters[n].grad = grads[n]
+        norm = torch.nn.utils.clip_grad_norm_([masters[n] for n in sorted(trainable)],
+                                              clip if clip > 0 else math.inf)
+        norms.append(norm.item())
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return losses, norms, {n: t.detach() for n, t in masters.items()}

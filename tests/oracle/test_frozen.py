@@ -52,24 +52,6 @@ def write_tokens(path, sample):
     return torch.from_numpy(np.stack(windows))
 
 
-def reference(weights, config, tokens, trainable):
-    """Losses and final masters of STEPS AdamW steps with only `trainable` requiring gradients."""
-    inputs, targets = tokens[:, :SEQ_LEN], tokens[:, 1:]
-    masters = {n: t.detach().clone().requires_grad_(n in trainable) for n, t in weights.items()}
-    optimizer = ref.make_adamw({n: masters[n] for n in trainable}, LR, WEIGHT_DECAY, BETAS, EPS)
-    losses = []
-    for _ in range(STEPS):
-        _, loss, grads = ref.loss_and_grads({n: t.detach() for n, t in masters.items()}, config,
-                                            inputs, targets, trainable=trainable)
-        check(set(grads) == trainable, "the reference computed gradients of frozen tensors")
-        losses.append(loss)
-        for n in trainable:
-            masters[n].grad = grads[n]
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    return losses, {n: t.detach() for n, t in masters.items()}
-
-
 def rel_error(got, want):
     want = want.to(torch.float64)
     return ((torch.from_numpy(np.asarray(got, dtype=np.float64)) - want).norm() /
@@ -186,7 +168,8 @@ class FrozenOracle:
         weights = ref.load_weights(work("model"), torch.float64)
         trainable = {n for n in weights if any(re.search(p, n) for p in TRAINABLE)}
         check(len(trainable) == 5, f"the patterns select {sorted(trainable)}")
-        want_losses, want_masters = reference(weights, config, tokens, trainable)
+        want_losses, _, want_masters = ref.adamw_clipped_trajectory(
+            weights, config, tokens, trainable, STEPS, (LR, WEIGHT_DECAY, BETAS, EPS), clip=0)
         print("reference losses: " + " ".join(f"{x:.7f}" for x in want_losses))
         initial = model_tensors(work("model"))
         self.weights, self.trainable, self.initial = weights, trainable, initial

@@ -1,0 +1,172 @@
+#!/usr/bin/python3
+"""Full fine-tuning's gradient norm and clipping against PyTorch (CTest label "oracle").
+
+The tiny preset trains every tensor (fp32 working params, constant learning rate) for STEPS
+steps on one global batch of 2 windows, with --clip CLIP, a threshold between the norms of the
+trajectory: some steps clip, some do not. The reference is llama_reference.py's plain-PyTorch
+Llama in float64 with torch.nn.utils.clip_grad_norm_ (the call the Hugging Face Trainer makes;
+DeepSpeed's ZeRO optimizers scale by the same clip / (norm + 1e-6)) and torch.optim.AdamW with
+zerotrain's weight-decay rule.
+
+1. Every world below logs, each step, the loss and the gradient norm before clipping
+   (metrics.jsonl's loss and grad_norm) of the reference within test_oracle.py's fp32 bound,
+   1e-4 relative, and every final fp32 master (the last checkpoint's rank files) too. Its
+   clip_scale is clip / (grad_norm + 1e-6) where the reference clipped and 1 where it did not.
+   The worlds: 1 rank stage 0 with 2 micro-batches; 2 ranks at stage 1; 2 ranks at stage 2 with
+   the CPU optimizer offload speculating each group's update during the backward (undone and
+   redone when the norm clips: metrics.jsonl's host_adam.speculation says "redone" exactly at the steps the
+   reference clipped); 2 ranks at stage 3 with the optimizer on NVMe.
+2. --clip 0 at 1 rank: the norms of the unclipped reference, clip_scale 1 at every step.
+
+Every stage is also compared with stage 0 by the engine's own tests; this one holds each to
+PyTorch, so a norm that every stage gets wrong alike (a dropped group, a norm taken after
+clipping) fails here. --mutation M --expect-mismatch mutates the reference and passes only if
+the grad_norm comparison fails: "head-left-out" (lm_head's gradient outside the norm and the
+clipping), "after-clip" (the norm reported after clipping).
+
+Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_harness import (SetupError, argument_parser, check, checkpoint_masters,  # noqa: E402
+                            exit_status, fresh_work_dir, run_tool, write_byte_windows)
+import llama_reference as ref  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+STEPS, SEQ_LEN, WINDOWS, LR, CLIP = 8, 16, 2, 1e-3, 2.4
+HYPER = (LR, 0.1, (0.9, 0.95), 1e-8)  # lr, weight decay, betas, eps: zerotrain's defaults
+TOLERANCE = 1e-4  # test_oracle.py's fp32 bound (relative; float64 reference)
+# Neither side may sit so near CLIP that the two could decide a step differently.
+MARGIN = 100 * TOLERANCE
+MUTATIONS = ("head-left-out", "after-clip")
+
+
+def mutated_reference(weights, config, tokens, mutation, clip):
+    """adamw_clipped_trajectory, or its mutation: (losses, norms, final masters)."""
+    trainable = set(weights)
+    if mutation == "head-left-out":  # a norm without lm_head's group, clipping the rest
+        losses, norms, masters = ref.adamw_clipped_trajectory(
+            weights, config, tokens, trainable - {"lm_head.weight"}, STEPS, HYPER, clip)
+        return losses, norms, masters
+    losses, norms, masters = ref.adamw_clipped_trajectory(weights, config, tokens, trainable,
+                                                          STEPS, HYPER, clip)
+    if mutation == "after-clip":
+        norms = [n * min(1.0, clip / (n + 1e-6)) if clip > 0 else n for n in norms]
+    return losses, norms, masters
+
+
+def train_args(zt, work, out, clip, world_args):
+    return [zt, "train", "--model", work("model"), "--data", work("tok.h5"), "--out", out,
+            "--precision", "fp32", "--steps", str(STEPS), "--seq-len", str(SEQ_LEN),
+            "--lr", str(LR), "--min-lr", str(LR), "--warmup-steps", "0", "--clip", str(clip),
+            "--save-every", str(STEPS), "--log-every", "0", "--micro-batch", "1"] + world_args
+
+
+def relative(got, want):
+    return abs(got - want) / max(abs(want), 1e-30)
+
+
+def check_metrics(what, out, want_losses, want_norms, clip, speculating=False):
+    """Each step's loss and grad_norm against the reference; clip_scale from the reference's
+    decision to clip; with `speculating`, the offload's speculated update redone where it
+    clipped and kept where it did not."""
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        lines = [json.loads(line) for line in f]
+    check(len(lines) == STEPS, f"{what}: {len(lines)} metrics lines, want {STEPS}")
+    for step, (m, loss, norm) in enumerate(zip(lines, want_losses, want_norms), start=1):
+        check(relative(m["loss"], loss) < TOLERANCE,
+              f"{what}: step {step} loss {m['loss']} vs PyTorch {loss}")
+        check(relative(m["grad_norm"], norm) < TOLERANCE,
+              f"{what}: step {step} grad_norm {m['grad_norm']} vs PyTorch {norm}")
+        # --clip is held as a float32 (2.4 becomes 2.4000000954).
+        want_scale = float(np.float32(clip)) / (m["grad_norm"] + 1e-6) if 0 < clip < norm else 1.0
+        check(relative(m["clip_scale"], want_scale) < 1e-12,
+              f"{what}: step {step} clip_scale {m['clip_scale']}, want {want_scale} (grad_norm "
+              f"{m['grad_norm']}, PyTorch's {norm}, clip {clip})")
+        if speculating:
+            want = "redone" if 0 < clip < norm else "kept"
+            got = m.get("host_adam", {}).get("speculation")
+            check(got == want, f"{what}: step {step} host_adam.speculation {got}, want {want}")
+    print(f"{what}: grad_norm " + " ".join(f"{m['grad_norm']:.7f}" for m in lines))
+
+
+def check_masters(what, out, want_masters):
+    masters = checkpoint_masters(os.path.join(out, "checkpoints", f"step-{STEPS:08d}"))
+    check(set(masters) == set(want_masters), f"{what}: the checkpoint's tensors")
+    worst = 0.0
+    for name, (value, _) in masters.items():
+        want = want_masters[name]
+        err = ((torch.from_numpy(value.astype(np.float64)) - want).norm() /
+               max(want.norm().item(), 1e-30)).item()
+        worst = max(worst, err)
+        check(err < TOLERANCE, f"{what}: final master {name} differs from PyTorch by {err:.2e}")
+    print(f"{what}: final masters within {worst:.2e} of PyTorch")
+
+
+def reference_runs(zt, work, source_dir, mutation):
+    """The tiny model, its windows, and PyTorch's trajectories with CLIP and without."""
+    run_tool([zt, "init", "--preset", "tiny", "--seed", "1234", "--out", work("model")])
+    data = write_byte_windows(work("tok.h5"), os.path.join(source_dir, "inputs", "data",
+                                                           "sample.txt"), WINDOWS, SEQ_LEN)
+    tokens = torch.from_numpy(np.stack([data[w * SEQ_LEN:(w + 1) * SEQ_LEN + 1]
+                                        for w in range(WINDOWS)]).astype(np.int64))
+    config = ref.load_config(work("model"))
+    weights = ref.load_weights(work("model"), torch.float64)
+    clipped = mutated_reference(weights, config, tokens, mutation, CLIP)
+    unclipped = mutated_reference(weights, config, tokens, None, 0)
+    norms = clipped[1]
+    print(f"PyTorch grad_norm, --clip {CLIP}: " + " ".join(f"{n:.7f}" for n in norms))
+    if mutation:
+        return clipped, unclipped
+    if not any(n > CLIP for n in norms) or all(n > CLIP for n in norms):
+        raise SetupError(f"--clip {CLIP} does not split the reference's norms {norms}")
+    if any(relative(n, CLIP) < MARGIN for n in norms):
+        raise SetupError(f"a reference norm lies within {MARGIN} of --clip {CLIP}: {norms}")
+    return clipped, unclipped
+
+
+def checks(args, work):
+    zt = args.zerotrain
+    clipped, unclipped = reference_runs(zt, work, args.source_dir, args.mutation)
+    mpirun = [args.mpirun, "--oversubscribe", "-n", "2"]
+    worlds = {
+        "1 rank stage 0": ([], ["--grad-accum", "2"]),
+        "2 ranks stage 1": (mpirun, ["--zero-stage", "1"]),
+        "2 ranks stage 2, CPU offload speculating": (
+            mpirun, ["--zero-stage", "2", "--offload-optimizer", "cpu",
+                     "--offload-optimizer-overlap", "on"]),
+        "2 ranks stage 3, NVMe offload": (
+            mpirun, ["--zero-stage", "3", "--offload-optimizer", "nvme", "--nvme-path",
+                     work("nvme")]),
+    }
+    for i, (what, (launcher, world_args)) in enumerate(worlds.items()):
+        out = work(f"run{i}")
+        run_tool(launcher + train_args(zt, work, out, CLIP, world_args))
+        check_metrics(what, out, clipped[0], clipped[1], CLIP, "speculating" in what)
+        check_masters(what, out, clipped[2])
+    out = work("unclipped")
+    run_tool(train_args(zt, work, out, 0, ["--grad-accum", "2"]))
+    check_metrics("1 rank stage 0, --clip 0", out, unclipped[0], unclipped[1], 0)
+    check_masters("1 rank stage 0, --clip 0", out, unclipped[2])
+
+
+def main():
+    parser = argument_parser(__doc__.split("\n")[0])
+    parser.add_argument("--mpirun", default="mpirun")
+    parser.add_argument("--mutation", choices=MUTATIONS)
+    parser.add_argument("--expect-mismatch", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    work = fresh_work_dir(args.work_dir)
+    os.makedirs(work("nvme"))
+    return exit_status(lambda: checks(args, work), mutation=args.mutation,
+                       mutation_fails="grad_norm")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
