@@ -47,20 +47,26 @@ struct Documents {
 };
 
 // One forward and one backward on `backend`; the backward gets the reference's output (rounded
-// to bf16, tiny values zeroed: both_16bit) and lse.
+// to bf16, tiny values zeroed: both_16bit) and lse. Both lse buffers start `lse_offset` floats
+// into their allocations (1: a 4-byte boundary, which cuDNN cannot take as it is).
 AttentionRun run(Backend& backend, const std::vector<float>& q, const std::vector<float>& k,
                  const std::vector<float>& v, const std::vector<float>& dout, const Reference& ref,
-                 const AttentionShape& s, const std::vector<int32_t>& doc_start = {}) {
-  DeviceBuffer<float> d_q(q), d_k(k), d_v(v), d_dout(dout), d_out(q.size()), d_lse(s.B * s.H * s.T),
-      d_dq(q.size()), d_dk(k.size()), d_dv(v.size());
-  DeviceBuffer<float> d_ref_out(to_floats(ref.out, true)), d_ref_lse(to_floats(ref.lse, false));
+                 const AttentionShape& s, const std::vector<int32_t>& doc_start = {},
+                 int64_t lse_offset = 0) {
+  DeviceBuffer<float> d_q(q), d_k(k), d_v(v), d_dout(dout), d_out(q.size()),
+      d_lse(s.B * s.H * s.T + lse_offset), d_dq(q.size()), d_dk(k.size()), d_dv(v.size());
+  std::vector<float> ref_lse(static_cast<size_t>(lse_offset), 0.0f);
+  for (float x : to_floats(ref.lse, false)) ref_lse.push_back(x);
+  DeviceBuffer<float> d_ref_out(to_floats(ref.out, true)), d_ref_lse(ref_lse);
   const Documents docs(backend, doc_start, s);
-  backend.attention_forward(d_out.get(), d_lse.get(), d_q.get(), d_k.get(), d_v.get(), s.B, s.T,
-                            s.H, s.Hkv, s.hd, docs.starts);
+  backend.attention_forward(d_out.get(), d_lse.get() + lse_offset, d_q.get(), d_k.get(), d_v.get(),
+                            s.B, s.T, s.H, s.Hkv, s.hd, docs.starts);
   backend.attention_backward(d_dq.get(), d_dk.get(), d_dv.get(), d_dout.get(), d_q.get(), d_k.get(),
-                             d_v.get(), d_ref_out.get(), d_ref_lse.get(), s.B, s.T, s.H, s.Hkv,
-                             s.hd, docs.starts);
-  return {d_out.download(), d_lse.download(), d_dq.download(), d_dk.download(), d_dv.download()};
+                             d_v.get(), d_ref_out.get(), d_ref_lse.get() + lse_offset, s.B, s.T,
+                             s.H, s.Hkv, s.hd, docs.starts);
+  std::vector<float> lse = d_lse.download();
+  lse.erase(lse.begin(), lse.begin() + lse_offset);
+  return {d_out.download(), lse, d_dq.download(), d_dk.download(), d_dv.download()};
 }
 
 std::vector<uint16_t> to_16bit(DType type, const std::vector<float>& x) {
@@ -218,6 +224,19 @@ TEST(CudnnAttention, MatchesReferenceAndGemmPath) {
       ADD_FAILURE() << describe(s) << ": " << e.what();
     }
   }
+}
+
+// The fused path hands cuDNN the caller's lse where it starts at a 16-byte boundary and stages it
+// through its scratch otherwise (cudnn_attention.cpp's stage_stats): both give the same bits.
+TEST(CudnnAttention, AnLseAtAFourByteBoundaryGivesTheAlignedRunsBits) {
+  const AttentionShape s{2, 37, 4, 2, 16};
+  const Inputs in(s);
+  const Reference ref = reference(in.q, in.k, in.v, in.dout, s);
+  auto backend = backend_with(AttentionKernel::kFused, s);
+  const AttentionRun aligned = run(*backend, in.q, in.k, in.v, in.dout, ref, s);
+  const AttentionRun offset = run(*backend, in.q, in.k, in.v, in.dout, ref, s, {}, 1);
+  expect_bitwise(offset, aligned);
+  EXPECT_TRUE(within(aligned.out, ref.out, ref.out_bound, "out"));
 }
 
 // --deterministic false: cuDNN's backward accumulates dQ with fp32 atomics instead of keeping dP

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -29,15 +30,20 @@
 namespace zt::cuda {
 namespace {
 
-// The statistics [B,H,T] fp32 go through the (aligned) scratch too: the model's lse lives inside
-// its activation arena at a 4-byte boundary, and cuDNN's kernels want 16. For the documents the
-// scratch holds them token-major (set_stats_layout) and the copy transposes.
-float* stage_stats(DeviceArena& arena, const AttentionShape& s) {
+// The statistics [B,H,T] fp32: cuDNN reads and writes the caller's lse itself where it starts at a
+// 16-byte boundary (the model's activation arena aligns every tensor to 256), the layout the plain
+// graph declares. Otherwise they go through the (aligned) scratch: an lse at a 4-byte boundary,
+// and the documents' graphs, for which the scratch holds them token-major (set_stats_layout) and
+// the copy transposes.
+float* stage_stats(DeviceArena& arena, const SdpaGraphKey& key, float* lse) {
+  if (!ragged(key) && reinterpret_cast<std::uintptr_t>(lse) % 16 == 0) return lse;
+  const AttentionShape& s = key.shape;
   return arena.allocate<float>(ScratchCategory::kAttention, static_cast<size_t>(s.B * s.H * s.T));
 }
-// to_model: lse ← scratch; else scratch ← lse.
+// to_model: lse ← scratch; else scratch ← lse. Nothing where the graph takes lse itself.
 void copy_stats(float* dst, const float* src, const SdpaGraphKey& key, bool to_model,
                 cudaStream_t stream) {
+  if (dst == src) return;
   const AttentionShape& s = key.shape;
   if (ragged(key)) {
     launch_transpose_attention_stats(dst, src, s.B, s.T, s.H, to_model, stream);
@@ -274,16 +280,16 @@ struct CudnnAttention::Impl {
 
   // One call: the graphs (built on first use), the fit check and cuDNN's workspace before
   // anything is enqueued, then the staging in the scratch (returned when the call ends) with the
-  // statistics' block.
+  // statistics' block where the caller's lse cannot serve (stage_stats).
   struct Call {
-    Call(Impl& impl, DeviceArena& arena, const SdpaGraphKey& key, DType storage)
+    Call(Impl& impl, DeviceArena& arena, const SdpaGraphKey& key, DType storage, float* lse)
         : impl(impl),
           key(key),
           workspace((check_fits(arena, key, storage), impl.prepare_graphs(key))),
           scope(arena),
           q_n(key.shape.B * key.shape.T * key.shape.H * key.shape.hd),
           kv_n(key.shape.B * key.shape.T * key.shape.Hkv * key.shape.hd),
-          stats(stage_stats(arena, key.shape)) {}
+          stats(stage_stats(arena, key, lse)) {}
     // Runs the graph on the staged tensors of `pack` (the statistics, and the documents' table
     // for a ragged graph, added here): once, or once per call of the documents' sequences.
     void execute(std::unordered_map<int64_t, void*> pack) {
@@ -380,7 +386,7 @@ void CudnnAttention::forward(DeviceArena& arena, TensorView out, float* lse, Con
                              bool with_documents) {
   const DType storage = shared_storage("attention_forward", {out, q, k, v});
   const DType io = sdpa_io(storage);
-  Impl::Call call(*impl_, arena, impl_->key_for(s, false, io, with_documents), storage);
+  Impl::Call call(*impl_, arena, impl_->key_for(s, false, io, with_documents), storage, lse);
   cudaStream_t stream = impl_->stream;
   const int64_t q_n = call.q_n, kv_n = call.kv_n;
   void *q16 = io_input(arena, q, io, q_n, stream), *k16 = io_input(arena, k, io, kv_n, stream),
@@ -396,7 +402,9 @@ void CudnnAttention::backward(DeviceArena& arena, TensorView dq, TensorView dk, 
                               const AttentionShape& s, bool with_documents) {
   const DType storage = shared_storage("attention_backward", {dq, dk, dv, dout, q, k, v, out});
   const DType io = sdpa_io(storage);
-  Impl::Call call(*impl_, arena, impl_->key_for(s, true, io, with_documents), storage);
+  // cuDNN only reads the statistics in the backward.
+  Impl::Call call(*impl_, arena, impl_->key_for(s, true, io, with_documents), storage,
+                  const_cast<float*>(lse));
   cudaStream_t stream = impl_->stream;
   const int64_t q_n = call.q_n, kv_n = call.kv_n;
   void *q16 = io_input(arena, q, io, q_n, stream), *k16 = io_input(arena, k, io, kv_n, stream),
