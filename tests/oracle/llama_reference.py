@@ -467,13 +467,15 @@ def adamw_losses(weights, config, inputs, targets, steps, lr, weight_decay, beta
     return losses, first
 
 
-def adamw_clipped_trajectory(weights, config, tokens, trainable, steps, hyper, clip):
+def adamw_clipped_trajectory(weights, config, tokens, trainable, steps, hyper, clip,
+                             working=None):
     """`steps` AdamW steps on one batch of windows (tokens [B, T + 1]) with only `trainable`
     (a set of names) requiring gradients, the gradients clipped as the Hugging Face Trainer and
     DeepSpeed clip them: torch.nn.utils.clip_grad_norm_ over every trainable gradient, which
     returns the norm before clipping and scales by clip / (norm + 1e-6) when that is below 1
     (clip <= 0: no clipping). hyper = (lr, weight_decay, betas, eps), the rate constant.
-    Returns (one loss per step, measured before its update; each step's norm before clipping;
+    working: how the working weights the gradients are taken at come from the masters (None: the
+    masters themselves; round_to_fp16: fp16 training's). Returns (one loss per step, measured before its update; each step's norm before clipping;
     the final masters)."""
     lr, weight_decay, betas, eps = hyper
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
@@ -481,8 +483,8 @@ def adamw_clipped_trajectory(weights, config, tokens, trainable, steps, hyper, c
     optimizer = make_adamw({n: masters[n] for n in trainable}, lr, weight_decay, betas, eps)
     losses, norms = [], []
     for _ in range(steps):
-        _, loss, grads = loss_and_grads({n: t.detach() for n, t in masters.items()}, config,
-                                        inputs, targets, trainable=trainable)
+        at = {n: (working(t.detach()) if working else t.detach()) for n, t in masters.items()}
+        _, loss, grads = loss_and_grads(at, config, inputs, targets, trainable=trainable)
         if set(grads) != set(trainable):
             raise AssertionError("the reference computed gradients of frozen tensors")
         losses.append(loss)
