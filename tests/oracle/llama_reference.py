@@ -210,14 +210,15 @@ def mean_cross_entropy(logits, targets):
     return torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
 
 
-def loss_and_grads(weights, config, inputs, targets, trainable=None):
+def loss_and_grads(weights, config, inputs, targets, trainable=None, loss_fn=None):
     """(logits [B·T, V], mean loss, {name: d loss / d tensor}) at the given weights. With
     `trainable` (a set of names), only those tensors require a gradient (requires_grad=False on
-    the rest, as a partial fine-tune sets it) and only theirs are returned."""
+    the rest, as a partial fine-tune sets it) and only theirs are returned. loss_fn(logits
+    [B, T, V], targets [B, T]) gives the loss instead of mean_cross_entropy."""
     leaves = {n: t.detach().clone().requires_grad_(trainable is None or n in trainable)
               for n, t in weights.items()}
     logits = forward(leaves, config, inputs)
-    loss = mean_cross_entropy(logits, targets)
+    loss = (loss_fn or mean_cross_entropy)(logits, targets)
     loss.backward()
     grads = {n: t.grad.detach() for n, t in leaves.items() if t.requires_grad}
     return logits.detach().reshape(-1, logits.shape[-1]), loss.item(), grads
@@ -468,14 +469,14 @@ def adamw_losses(weights, config, inputs, targets, steps, lr, weight_decay, beta
 
 
 def adamw_clipped_trajectory(weights, config, tokens, trainable, steps, hyper, clip,
-                             working=None):
+                             working=None, loss_fn=None):
     """`steps` AdamW steps on one batch of windows (tokens [B, T + 1]) with only `trainable`
     (a set of names) requiring gradients, the gradients clipped as the Hugging Face Trainer and
     DeepSpeed clip them: torch.nn.utils.clip_grad_norm_ over every trainable gradient, which
     returns the norm before clipping and scales by clip / (norm + 1e-6) when that is below 1
     (clip <= 0: no clipping). hyper = (lr, weight_decay, betas, eps), the rate constant.
     working: how the working weights the gradients are taken at come from the masters (None: the
-    masters themselves; round_to_fp16: fp16 training's). Returns (one loss per step, measured before its update; each step's norm before clipping;
+    masters themselves; round_to_fp16: fp16 training's). loss_fn: as loss_and_grads'. Returns (one loss per step, measured before its update; each step's norm before clipping;
     the final masters)."""
     lr, weight_decay, betas, eps = hyper
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
@@ -484,7 +485,7 @@ def adamw_clipped_trajectory(weights, config, tokens, trainable, steps, hyper, c
     losses, norms = [], []
     for _ in range(steps):
         at = {n: (working(t.detach()) if working else t.detach()) for n, t in masters.items()}
-        _, loss, grads = loss_and_grads(at, config, inputs, targets, trainable=trainable)
+        _, loss, grads = loss_and_grads(at, config, inputs, targets, trainable, loss_fn)
         if set(grads) != set(trainable):
             raise AssertionError("the reference computed gradients of frozen tensors")
         losses.append(loss)

@@ -34,13 +34,14 @@ gradient outside the norm and the clipping), "after-clip" (the norm reported aft
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
 
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (SetupError, argument_parser, check, checkpoint_masters,  # noqa: E402
-                            exit_status, fresh_work_dir, run_tool, write_byte_windows)
+from oracle_harness import (SetupError, argument_parser, check, exit_status,  # noqa: E402
+                            fresh_work_dir, run_tool, write_byte_windows)
+from trajectory_checks import (check_final_masters, check_losses_and_norms,  # noqa: E402
+                               metrics_lines, relative)
 import llama_reference as ref  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -79,23 +80,14 @@ def train_args(zt, work, out, clip, world_args, precision=("--precision", "fp32"
             "--log-every", "0", "--micro-batch", "1"] + list(precision) + world_args
 
 
-def relative(got, want):
-    return abs(got - want) / max(abs(want), 1e-30)
-
-
 def check_metrics(what, out, want_losses, want_norms, clip, speculating=False, loss_scale=None):
     """Each step's loss and grad_norm against the reference; clip_scale from the reference's
     decision to clip; with `speculating`, the offload's speculated update redone where it
     clipped and kept where it did not; with `loss_scale` (fp16), every step at that scale and
     none skipped."""
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        lines = [json.loads(line) for line in f]
-    check(len(lines) == STEPS, f"{what}: {len(lines)} metrics lines, want {STEPS}")
-    for step, (m, loss, norm) in enumerate(zip(lines, want_losses, want_norms), start=1):
-        check(relative(m["loss"], loss) < TOLERANCE,
-              f"{what}: step {step} loss {m['loss']} vs PyTorch {loss}")
-        check(relative(m["grad_norm"], norm) < TOLERANCE,
-              f"{what}: step {step} grad_norm {m['grad_norm']} vs PyTorch {norm}")
+    lines = metrics_lines(what, out, STEPS)
+    check_losses_and_norms(what, lines, want_losses, want_norms, TOLERANCE)
+    for step, (m, norm) in enumerate(zip(lines, want_norms), start=1):
         # --clip is held as a float32 (2.4 becomes 2.4000000954).
         want_scale = float(np.float32(clip)) / (m["grad_norm"] + 1e-6) if 0 < clip < norm else 1.0
         check(relative(m["clip_scale"], want_scale) < 1e-12,
@@ -109,20 +101,6 @@ def check_metrics(what, out, want_losses, want_norms, clip, speculating=False, l
             want = "redone" if 0 < clip < norm else "kept"
             got = m.get("host_adam", {}).get("speculation")
             check(got == want, f"{what}: step {step} host_adam.speculation {got}, want {want}")
-    print(f"{what}: grad_norm " + " ".join(f"{m['grad_norm']:.7f}" for m in lines))
-
-
-def check_masters(what, out, want_masters):
-    masters = checkpoint_masters(os.path.join(out, "checkpoints", f"step-{STEPS:08d}"))
-    check(set(masters) == set(want_masters), f"{what}: the checkpoint's tensors")
-    worst = 0.0
-    for name, (value, _) in masters.items():
-        want = want_masters[name]
-        err = ((torch.from_numpy(value.astype(np.float64)) - want).norm() /
-               max(want.norm().item(), 1e-30)).item()
-        worst = max(worst, err)
-        check(err < TOLERANCE, f"{what}: final master {name} differs from PyTorch by {err:.2e}")
-    print(f"{what}: final masters within {worst:.2e} of PyTorch")
 
 
 def reference_runs(zt, work, source_dir, mutation):
@@ -176,7 +154,7 @@ def checks(args, work):
         losses, norms, masters = references[name]
         check_metrics(what, out, losses, norms, clip, "speculating" in what,
                       LOSS_SCALE if name == "fp16" else None)
-        check_masters(what, out, masters)
+        check_final_masters(what, out, STEPS, masters, TOLERANCE)
 
 
 def main():
