@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,15 +47,21 @@ struct Documents {
   const int32_t* starts;
 };
 
+// Floats after the forward's lse that must stay as DeviceBuffer poisoned them: the fused path
+// writes the statistics in place, where nothing past B·H·T may be touched.
+constexpr int64_t kLseTail = 64;
+
 // One forward and one backward on `backend`; the backward gets the reference's output (rounded
 // to bf16, tiny values zeroed: both_16bit) and lse. Both lse buffers start `lse_offset` floats
-// into their allocations (1: a 4-byte boundary, which cuDNN cannot take as it is).
+// into their allocations (1: a 4-byte boundary, which cuDNN cannot take as it is); the forward's
+// is followed by kLseTail poisoned floats, which must stay so.
 AttentionRun run(Backend& backend, const std::vector<float>& q, const std::vector<float>& k,
                  const std::vector<float>& v, const std::vector<float>& dout, const Reference& ref,
                  const AttentionShape& s, const std::vector<int32_t>& doc_start = {},
                  int64_t lse_offset = 0) {
+  const int64_t lse_n = s.B * s.H * s.T;
   DeviceBuffer<float> d_q(q), d_k(k), d_v(v), d_dout(dout), d_out(q.size()),
-      d_lse(s.B * s.H * s.T + lse_offset), d_dq(q.size()), d_dk(k.size()), d_dv(v.size());
+      d_lse(lse_offset + lse_n + kLseTail), d_dq(q.size()), d_dk(k.size()), d_dv(v.size());
   std::vector<float> ref_lse(static_cast<size_t>(lse_offset), 0.0f);
   for (float x : to_floats(ref.lse, false)) ref_lse.push_back(x);
   DeviceBuffer<float> d_ref_out(to_floats(ref.out, true)), d_ref_lse(ref_lse);
@@ -65,6 +72,13 @@ AttentionRun run(Backend& backend, const std::vector<float>& q, const std::vecto
                              d_v.get(), d_ref_out.get(), d_ref_lse.get() + lse_offset, s.B, s.T,
                              s.H, s.Hkv, s.hd, docs.starts);
   std::vector<float> lse = d_lse.download();
+  for (int64_t i = lse_offset + lse_n; i < lse_offset + lse_n + kLseTail; ++i) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &lse[static_cast<size_t>(i)], sizeof(bits));
+    EXPECT_EQ(bits, 0xFFFFFFFFu) << "attention_forward wrote " << i - lse_offset - lse_n
+                                 << " floats past the lse's B·H·T = " << lse_n;
+  }
+  lse.erase(lse.begin() + lse_offset + lse_n, lse.end());
   lse.erase(lse.begin(), lse.begin() + lse_offset);
   return {d_out.download(), lse, d_dq.download(), d_dk.download(), d_dv.download()};
 }

@@ -476,7 +476,8 @@ def adamw_clipped_trajectory(weights, config, tokens, trainable, steps, hyper, c
     returns the norm before clipping and scales by clip / (norm + 1e-6) when that is below 1
     (clip <= 0: no clipping). hyper = (lr, weight_decay, betas, eps), the rate constant.
     working: how the working weights the gradients are taken at come from the masters (None: the
-    masters themselves; round_to_fp16: fp16 training's). loss_fn: as loss_and_grads'. Returns (one loss per step, measured before its update; each step's norm before clipping;
+    masters themselves; round_to_fp16: fp16 training's). loss_fn: as loss_and_grads'. Returns (one
+    loss per step, measured before its update; each step's norm before clipping;
     the final masters)."""
     lr, weight_decay, betas, eps = hyper
     inputs, targets = tokens[:, :-1], tokens[:, 1:]

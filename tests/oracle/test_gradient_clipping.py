@@ -27,9 +27,10 @@ weight-decay rule.
 Every stage is also compared with stage 0 by the engine's own tests; this one holds each to
 PyTorch, so a norm that every stage gets wrong alike (a dropped group, a norm taken after
 clipping, fp16's norm left scaled) fails here. --mutation M --expect-mismatch mutates the
-reference and passes only if the grad_norm comparison fails: "head-left-out" (lm_head's
-gradient outside the norm and the clipping), "after-clip" (the norm reported after clipping),
-"scaled" (fp16's norm times the loss scale).
+reference and passes only if the grad_norm comparison fails: "head-left-out" (lm_head frozen
+in the reference, so its gradient is outside the norm; step 1's losses still agree, its norm
+does not), "after-clip" (the norm reported after clipping), "scaled" (fp16's norm times the loss
+scale).
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -61,7 +62,7 @@ def reference(weights, config, tokens, clip, fp16=False, mutation=None):
     """adamw_clipped_trajectory of every tensor (fp16: at fp16-rounded working weights), or its
     mutation: (losses, norms, final masters)."""
     trainable = set(weights)
-    if mutation == "head-left-out":  # a norm without lm_head's group, clipping the rest
+    if mutation == "head-left-out":  # lm_head frozen: a norm without its gradient
         trainable -= {"lm_head.weight"}
     losses, norms, masters = ref.adamw_clipped_trajectory(
         weights, config, tokens, trainable, STEPS, HYPER, clip,
@@ -90,9 +91,10 @@ def check_metrics(what, out, want_losses, want_norms, clip, speculating=False, l
     for step, (m, norm) in enumerate(zip(lines, want_norms), start=1):
         # --clip is held as a float32 (2.4 becomes 2.4000000954).
         want_scale = float(np.float32(clip)) / (m["grad_norm"] + 1e-6) if 0 < clip < norm else 1.0
+        # (The message names no grad_norm: the mutation variants pass on that comparison.)
         check(relative(m["clip_scale"], want_scale) < 1e-12,
-              f"{what}: step {step} clip_scale {m['clip_scale']}, want {want_scale} (grad_norm "
-              f"{m['grad_norm']}, PyTorch's {norm}, clip {clip})")
+              f"{what}: step {step} clip_scale {m['clip_scale']}, want {want_scale} (the run's "
+              f"norm {m['grad_norm']}, PyTorch's {norm}, clip {clip})")
         if loss_scale is not None:
             check(m.get("loss_scale") == loss_scale and not m.get("skipped"),
                   f"{what}: step {step} loss_scale {m.get('loss_scale')}, skipped "

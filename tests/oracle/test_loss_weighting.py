@@ -37,8 +37,6 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (SetupError, argument_parser, check, exit_status,  # noqa: E402
                             fresh_work_dir, require_venv_modules, run_tool, write_byte_windows)
-from trajectory_checks import (check_final_masters, check_losses_and_norms,  # noqa: E402
-                               metrics_lines, relative)
 
 STEPS, SEQ_LEN, LR = 6, 16, 1e-3
 COUNTED = (2, 5, 16, 11)  # counted targets of each window
@@ -104,6 +102,8 @@ def checks(args, work):
     torch = require_venv_modules("torch", "transformers")[0]
     torch.set_num_threads(1)
     import llama_reference as ref
+    from trajectory_checks import (check_final_masters, check_losses_and_norms, metrics_lines,
+                                   relative)
     zt = args.zerotrain
     run_tool([zt, "init", "--preset", "tiny", "--seed", "1234", "--out", work("model")])
     tokens, targets = write_masked_windows(

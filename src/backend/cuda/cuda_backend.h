@@ -33,9 +33,9 @@
 // Scratch memory: a DeviceArena (cuda_device_arena.h) with one cudaMalloc per category (cuBLASLt
 // workspace, attention score matrices, reduction partials), sized once from CudaBackendOptions.
 // GEMM attention processes as many heads per pass as its scratch holds (device_arena_plan.h);
-// fused attention (options.attention = kFused) stages its bf16 copies and statistics there, the
-// GEMM attention its fp32 copies of bf16 tensors (attention_staging_bytes; cuDNN's workspace is
-// CudnnAttention's own).
+// fused attention (options.attention = kFused) stages its bf16 copies (and unaligned or ragged
+// statistics) there, the GEMM attention its fp32 copies of bf16 tensors (attention_staging_bytes;
+// cuDNN's workspace is CudnnAttention's own).
 //
 // ---------------------------------------------------------------------------------------------
 // The ZeRO engine on this backend (app/engine_device.cpp wires it for --backend cuda):

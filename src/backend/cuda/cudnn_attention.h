@@ -8,8 +8,9 @@
 //
 // Layout: our q/out [B,T,H,hd] and k/v [B,T,Hkv,hd] are handed to cuDNN as [B,H,T,hd] with
 // strides (T·H·hd, hd, H·hd, 1) — no transpose; lse [B,H,T] is cuDNN's fp32 Stats tensor
-// [B,H,T,1] (natural log-sum-exp of the scaled scores, the GEMM path's definition), copied
-// through the scratch. GQA is cuDNN's own: H a multiple of Hkv, head h reads kv head h/(H/Hkv).
+// [B,H,T,1] (natural log-sum-exp of the scaled scores, the GEMM path's definition), read and
+// written in place where it starts at a 16-byte boundary, else copied through the scratch. GQA is
+// cuDNN's own: H a multiple of Hkv, head h reads kv head h/(H/Hkv).
 //
 // Precision: the kernels read and write bf16 (fp16 for activations stored in fp16, a graph of its
 // own: SdpaGraphKey::io) and keep softmax statistics and accumulation in fp32. Activations stored
@@ -31,9 +32,10 @@
 // Graphs are built once per key (shape, direction, storage, ragged K and L: SdpaGraphKey) and
 // cached; a training run without documents builds two, one with them a few more (one per K and L
 // its micro-batches meet, each pair within the workspace prepare() allocated). Each call takes its
-// staging (bf16 copies and the fp32 statistics, aligned) from the attention scratch and checks it
-// fits (check_fused_attention_fits) before it enqueues anything; the statistics go through the
-// scratch because the model's lse is only 4-byte aligned.
+// staging (bf16 copies, and the fp32 statistics where the caller's lse is not 16-byte aligned or
+// the graph is ragged) from the attention scratch and checks that all of it would fit
+// (check_fused_attention_fits) before it enqueues anything. The model's activation arena aligns
+// its lse to 256 bytes, so a plain graph takes it in place.
 #pragma once
 #include <cuda_runtime_api.h>
 
