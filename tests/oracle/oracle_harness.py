@@ -84,12 +84,19 @@ def fresh_work_dir(path):
     return lambda *parts: os.path.join(path, *parts)
 
 
-def mutation_oracle_arguments(description, mutations, *modules):
-    """argument_parser's arguments and --mutation (one of `mutations`: the reference mutated)
-    with --expect-mismatch; parses them, imports torch and `modules` from the venv
+# mutation_oracle_arguments' `extra` for a test that starts ranks: the launcher.
+MPIRUN_ARGUMENT = ("--mpirun", {"default": "mpirun"})
+
+
+def mutation_oracle_arguments(description, mutations, *modules, extra=()):
+    """argument_parser's arguments, `extra` ((flag, add_argument's keywords) pairs: --mpirun,
+    a helper binary) and --mutation (one of `mutations`: the reference mutated) with
+    --expect-mismatch; parses them, imports torch and `modules` from the venv
     (require_venv_modules), gives torch one thread and recreates the scratch directory. Returns
     (args, work, torch)."""
     parser = argument_parser(description)
+    for flag, keywords in extra:
+        parser.add_argument(flag, **keywords)
     parser.add_argument("--mutation", choices=mutations)
     parser.add_argument("--expect-mismatch", action="store_true")
     args = parser.parse_args()

@@ -39,8 +39,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (SetupError, argument_parser, check, exit_status,  # noqa: E402
-                            fresh_work_dir, run_tool, write_byte_windows)
+from oracle_harness import (SetupError, check, exit_status,  # noqa: E402
+                            MPIRUN_ARGUMENT, mutation_oracle_arguments, run_tool,
+                            write_byte_windows)
 from trajectory_checks import (check_final_masters, check_losses_and_norms,  # noqa: E402
                                metrics_lines, relative)
 import llama_reference as ref  # noqa: E402
@@ -160,13 +161,8 @@ def checks(args, work):
 
 
 def main():
-    parser = argument_parser(__doc__.split("\n")[0])
-    parser.add_argument("--mpirun", default="mpirun")
-    parser.add_argument("--mutation", choices=MUTATIONS)
-    parser.add_argument("--expect-mismatch", action="store_true")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    work = fresh_work_dir(args.work_dir)
+    args, work, _ = mutation_oracle_arguments(__doc__.split("\n")[0], MUTATIONS,
+                                              extra=[MPIRUN_ARGUMENT])
     os.makedirs(work("nvme"))
     return exit_status(lambda: checks(args, work), mutation=args.mutation,
                        mutation_fails="grad_norm")

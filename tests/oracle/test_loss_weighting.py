@@ -35,8 +35,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (SetupError, argument_parser, check, exit_status,  # noqa: E402
-                            fresh_work_dir, require_venv_modules, run_tool, write_byte_windows)
+from oracle_harness import (SetupError, check, exit_status,  # noqa: E402
+                            MPIRUN_ARGUMENT, mutation_oracle_arguments, run_tool,
+                            write_byte_windows)
 
 STEPS, SEQ_LEN, LR = 6, 16, 1e-3
 COUNTED = (2, 5, 16, 11)  # counted targets of each window
@@ -74,13 +75,13 @@ def trainer_loss(targets, mutation=None):
     global count), or a mutation's weighting (module docstring)."""
     from transformers.loss.loss_utils import fixed_cross_entropy
     W = targets.shape[0]
+    counts = [int((targets[w] != IGNORE).sum()) for w in range(W)]
 
     def window_loss(logits, w, count):
         return fixed_cross_entropy(logits[w], targets[w], num_items_in_batch=count,
                                    ignore_index=IGNORE)
 
     def loss(logits, _unmasked):
-        counts = [int((targets[w] != IGNORE).sum()) for w in range(W)]
         if mutation == "micro-batch-means":
             return sum(window_loss(logits, w, None) for w in range(W)) / W
         if mutation == "rank-counts":
@@ -98,9 +99,7 @@ def train_args(zt, work, out, world_args):
             "--save-every", str(STEPS), "--log-every", "0"] + world_args
 
 
-def checks(args, work):
-    torch = require_venv_modules("torch", "transformers")[0]
-    torch.set_num_threads(1)
+def checks(args, work, torch):
     import llama_reference as ref
     from trajectory_checks import (check_final_masters, check_losses_and_norms, metrics_lines,
                                    relative)
@@ -144,13 +143,9 @@ def checks(args, work):
 
 
 def main():
-    parser = argument_parser(__doc__.split("\n")[0])
-    parser.add_argument("--mpirun", default="mpirun")
-    parser.add_argument("--mutation", choices=MUTATIONS)
-    parser.add_argument("--expect-mismatch", action="store_true")
-    args = parser.parse_args()
-    work = fresh_work_dir(args.work_dir)
-    return exit_status(lambda: checks(args, work), mutation=args.mutation,
+    args, work, torch = mutation_oracle_arguments(__doc__.split("\n")[0], MUTATIONS,
+                                                  "transformers", extra=[MPIRUN_ARGUMENT])
+    return exit_status(lambda: checks(args, work, torch), mutation=args.mutation,
                        mutation_fails="vs PyTorch")
 
 

@@ -28,8 +28,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (SetupError, argument_parser, check, exit_status,  # noqa: E402
-                            require_venv_modules)
+from oracle_harness import (SetupError, check, exit_status,  # noqa: E402
+                            mutation_oracle_arguments)
 
 VOCAB, ROWS, TIED_ROW = 48, 6, 4
 CONFIGS = list(itertools.product((1.0, 0.6, 1.7), (0, 1, 5, 60), (1.0, 0.9, 0.5, 0.05)))
@@ -80,8 +80,7 @@ def check_margin(torch, scores, top_p):
         raise SetupError(f"top_p {top_p}: a cumulative probability lies {nearest:.1e} from 1 - p")
 
 
-def checks(args):
-    torch = require_venv_modules("torch", "transformers")[0]
+def checks(args, torch):
     rows = logit_rows(torch)
     cases = [(row, (t, k, p)) for row in range(len(rows)) for t, k, p in CONFIGS
              if row != TIED_ROW or p == 1.0]
@@ -110,12 +109,11 @@ def checks(args):
 
 
 def main():
-    parser = argument_parser(__doc__.split("\n")[0])
-    parser.add_argument("--dump", required=True, help="zt_sampling_dump")
-    parser.add_argument("--mutation", choices=["temperature-last"])
-    parser.add_argument("--expect-mismatch", action="store_true")
-    args = parser.parse_args()
-    return exit_status(lambda: checks(args), mutation=args.mutation, mutation_fails="transformers")
+    args, _, torch = mutation_oracle_arguments(
+        __doc__.split("\n")[0], ["temperature-last"], "transformers",
+        extra=[("--dump", {"required": True, "help": "zt_sampling_dump"})])
+    return exit_status(lambda: checks(args, torch), mutation=args.mutation,
+                       mutation_fails="transformers")
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (argument_parser, check, checkpoint_masters, exit_status,  # noqa: E402
-                            fresh_work_dir, require_venv_modules, run_tool, write_byte_windows)
+from oracle_harness import (check, checkpoint_masters, exit_status,  # noqa: E402
+                            mutation_oracle_arguments, run_tool, write_byte_windows)
 
 FAMILIES = ("llama-attention-bias", "llama3.2-tied")
 LR, WD, SEQ_LEN = 1e-2, 0.5, 16
@@ -60,9 +60,8 @@ def decayed_tensors(zt, work, family, imported):
     return decayed, set(masters[0.0])
 
 
-def checks(args, work):
-    torch, transformers = require_venv_modules("torch", "transformers")
-    torch.set_num_threads(1)
+def checks(args, work, torch):
+    import transformers
     torch.manual_seed(1234)
     from hf_families_table import COMMON
     from hf_families_table import FAMILIES as TABLE
@@ -93,12 +92,9 @@ def checks(args, work):
 
 
 def main():
-    parser = argument_parser(__doc__.split("\n")[0])
-    parser.add_argument("--mutation", choices=["no-exception"])
-    parser.add_argument("--expect-mismatch", action="store_true")
-    args = parser.parse_args()
-    work = fresh_work_dir(args.work_dir)
-    return exit_status(lambda: checks(args, work), mutation=args.mutation,
+    args, work, torch = mutation_oracle_arguments(__doc__.split("\n")[0], ["no-exception"],
+                                                  "transformers")
+    return exit_status(lambda: checks(args, work, torch), mutation=args.mutation,
                        mutation_fails="Trainer's choice")
 
 
