@@ -42,8 +42,8 @@
 #                other TOOL:GROUP pairs, e.g. "racecheck:kernels memcheck:engine")
 #     train      `train --backend cuda` for each preset of ZT_PRESETS (default "125m 1b"): stage
 #                0 on the defaults (--attention auto, bf16 activations on CUDA), the same with
-#                --gemm-algorithms timed (its losses compared bit for bit), with
-#                --deterministic false (its losses beside the defaults'), GEMM attention
+#                --gemm-algorithms timed (its losses compared bit for bit), with --cuda-graphs
+#                on (the same), with --deterministic false (its losses beside the defaults'), GEMM attention
 #                and fused with fp32 activations, fused + bf16, fp16 on its defaults; stage 3 with full activation
 #                checkpointing (GEMM + fp32, and fused + bf16); tokens/s, TFLOP/s, MFU, peak device
 #                memory (mean of the steps after the first)
@@ -51,7 +51,8 @@
 #                cross-entropy, optimizer, communication, copies, idle) on the stage-0 defaults of
 #                each of ZT_PROFILE_PRESETS (default "125m 1b") and of ZT_PROFILE_CONFIGS (default
 #                "Llama-3.2-1B", its config.json initialised at random: Llama-3's vocabulary), and
-#                each of ZT_PROFILE_NONDETERMINISTIC (default "1b") with --deterministic false; each
+#                each of ZT_PROFILE_NONDETERMINISTIC (default "1b") with --deterministic false,
+#                each of ZT_PROFILE_GRAPHS (default "125m") with --cuda-graphs on; each
 #                set and empty for none;
 #                kernel_profile.json per run
 #     pytorch    bench_gpu_vs_pytorch.py for each of ZT_PYTORCH_PRESET (default "125m 1b"),

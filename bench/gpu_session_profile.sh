@@ -8,7 +8,8 @@
 # ZT_PROFILE_CONFIGS (default "Llama-3.2-1B": configs/ of the pack, initialised at random), whose
 # Llama-3 vocabulary (V = 128256) makes the head a fifth of the FLOPs (its chunk size:
 # bench/GPU_NOTES.md, "Head chunks sized for the weight gradient"); and each preset of
-# ZT_PROFILE_NONDETERMINISTIC (default "1b") with --deterministic false. kernel_profile.json into the
+# ZT_PROFILE_NONDETERMINISTIC (default "1b") with --deterministic false, and each of
+# ZT_PROFILE_GRAPHS (default "125m") with --cuda-graphs on. kernel_profile.json into the
 # evidence and one line of shares per run into the summary. CUDA only.
 profile_run() {  # profile_run NAME OUTDIR MODEL-ARGS...
   local name=$1 run=$2
@@ -56,6 +57,13 @@ run_part_profile() {
   for preset in ${ZT_PROFILE_NONDETERMINISTIC-1b}; do
     profile_run "$preset --deterministic false," "$work/profile_${preset}_nondeterministic" \
       --preset "$preset" --deterministic false
+  done
+  # The same with --cuda-graphs on for each preset of ZT_PROFILE_GRAPHS (default "125m"; set and
+  # empty for none): where the idle between kernels goes when a pass is one launch
+  # (bench/GPU_NOTES.md, "CUDA graphs").
+  for preset in ${ZT_PROFILE_GRAPHS-125m}; do
+    profile_run "$preset --cuda-graphs on," "$work/profile_${preset}_graphs" \
+      --preset "$preset" --cuda-graphs on
   done
   for config in ${ZT_PROFILE_CONFIGS-Llama-3.2-1B}; do
     if ! step "$config init" "$step_seconds" "$B/libexec/zerotrain" init --config-json \

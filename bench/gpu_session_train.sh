@@ -14,6 +14,17 @@ ok = c.get("attention_kernel") == sys.argv[2] and sys.argv[3] in ("", c.get("act
 sys.exit(0 if ok else 1)' "$2/run.json" "$1" "${3:-}"
 }
 
+# same_bits_row PRESET NAME LABEL ARGS...: PRESET's stage-0 defaults with ARGS beside the defaults
+# row, which they must not change: tokens/s, report.json, and the defaults' losses bit for bit.
+same_bits_row() {
+  local preset=$1 run="$work/train_${1}_s0_$2" label=$3
+  shift 3
+  train_run "$preset stage 0 defaults, $label $backend" "$run" --preset "$preset" \
+    --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" "$@"
+  same_losses "$preset $label vs the defaults" "$work/train_${preset}_s0_defaults" "$run"
+  cp "$run/report.json" "$evidence/runs/$(basename "$run")/" 2>/dev/null
+}
+
 run_part_train() {
   local preset
   for preset in ${ZT_PRESETS:-125m 1b}; do
@@ -26,15 +37,12 @@ run_part_train() {
       --attention gemm --activations fp32
     # The fused attention (cuDNN SDPA) beside it: same seed, so the losses compare.
     if [ "$backend" = cuda ]; then
-      # cuBLASLt's algorithms timed on the run's own GEMMs (issue 43's lever), beside the
-      # defaults: tokens/s, report.json's tally, and the defaults' losses bit for bit.
-      train_run "$preset stage 0 defaults, timed GEMM algorithms $backend" \
-        "$work/train_${preset}_s0_gemm_timed" --preset "$preset" --zero-stage 0 --steps "$steps" \
-        --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" --gemm-algorithms timed
-      same_losses "$preset timed GEMM algorithms vs the defaults" \
-        "$work/train_${preset}_s0_defaults" "$work/train_${preset}_s0_gemm_timed"
-      cp "$work/train_${preset}_s0_gemm_timed/report.json" \
-        "$evidence/runs/train_${preset}_s0_gemm_timed/" 2>/dev/null
+      # cuBLASLt's algorithms timed on the run's own GEMMs (issue 43's lever): report.json's
+      # tally.
+      same_bits_row "$preset" gemm_timed "timed GEMM algorithms" --gemm-algorithms timed
+      # Each micro-batch's passes recorded once and replayed (issue 43's "CUDA graphs where
+      # launches show up"): report.json's cuda_graphs (on, and micro-batches replayed).
+      same_bits_row "$preset" graphs "--cuda-graphs on" --cuda-graphs on
       # --deterministic false (cuDNN's attention backward with atomic dQ, no dP workspace) beside
       # the defaults: tokens/s and peak memory; the losses differ in their low bits.
       train_run "$preset stage 0 defaults, --deterministic false $backend" \

@@ -191,7 +191,7 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
 bool changes_trajectory(const std::string& key, const nlohmann::json& config) {
   // clang-format off
   static const std::set<std::string> volatile_keys = {
-      "checkpoint_frozen", "comm_timeout", "eval_batches", "eval_data", "eval_every",
+      "checkpoint_frozen", "comm_timeout", "cuda_graphs", "eval_batches", "eval_data", "eval_every",
       "gemm_algorithms", "keep_best", "keep_last", "log_every", "out", "overwrite", "resume",
       "save_consolidated_every", "save_every", "nvme_path", "offload_buffer_count", "host_adam",
       "offload_optimizer_overlap", "profile_steps", "epochs", "warmup_ratio"};
@@ -378,7 +378,7 @@ void finish_run(ZeroEngine& engine, const TrainInputs& in, const TrainOptions& o
       {"precision", precision_name(o.precision)},
       {"global_batch_tokens", o.micro_batch * o.grad_accum * world * o.seq_len}};
   if (!eval.is_null()) extra["eval"] = eval;
-  const BackendTallies tallies = backend_tallies(backend);  // rank 0's: report.json is rank 0's
+  const BackendTallies tallies = backend_tallies(backend, engine.cuda_graphs_report());  // rank 0's
   extra.update(tallies.fields);
   if (comm.rank() == 0)
     for (const std::string& line : tallies.log_lines)
@@ -554,6 +554,7 @@ int run_training(TrainOptions o) {
     run_collectively(comm, [&] {
       engine_ptr = std::make_unique<ZeroEngine>(in.spec, *backend, data_comm, memory, &comm);
       engine_ptr->model().set_lora_dropout_seed(static_cast<uint64_t>(o.seed));
+      if (o.cuda_graphs) engine_ptr->use_cuda_graphs();
       if (in.resume_dir.empty() || in.resume_reloads_base)
         set_first_values(*engine_ptr, in, static_cast<uint64_t>(o.seed));
     });

@@ -19,11 +19,14 @@
 #include "util/crc32c.h"
 #include "util/decimal.h"
 #include "util/error.h"
+#include "util/word_choice.h"
 
 namespace zt {
 namespace {
 
 const char* const kCommand = kTrainCommand;
+
+constexpr WordChoice<bool> kOffOnWords[] = {{false, "off"}, {true, "on"}};
 
 // A float setting in run.json: the number its shortest decimal reads as (0.9f as 0.9).
 double json_number(float v) {
@@ -152,6 +155,10 @@ void validate_settings(TrainOptions& o) {
   check_attention_request(o.attention_request, o.backend_kind, kCommand);
   check_gemm_algorithms(o.gemm_algorithms, o.backend_kind, kCommand);
   check_deterministic(o.deterministic, o.backend_kind, o.zero.world_invariant, kCommand);
+  ZT_CHECK(!o.cuda_graphs || o.backend_kind == BackendKind::kCuda,
+           std::string(kCommand) +
+               ": --cuda-graphs on needs the CUDA backend (this run uses the CPU backend, which "
+               "launches nothing)");
   validate_checkpoint_flags(o.checkpoint, kCommand);
   o.choices = parse_engine_choices(o, kCommand);
   o.choices.offload.validate(o.zero.stage);
@@ -229,6 +236,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"attention", attention_request_name(attention_request)},
           {"gemm_algorithms", gemm_algorithms_name(gemm_algorithms)},
           {"deterministic", deterministic},
+          {"cuda_graphs", word_of(cuda_graphs, kOffOnWords)},
           {"document_masking", auto_switch_name(document_masking)},
           {"packing", packing_name(packing)},
           {"activations", activation_storage_name(activations)},
@@ -386,6 +394,27 @@ void note_run_length_options(const po::variables_map& vm, TrainOptions& o) {
                          std::count(from_json.begin(), from_json.end(), "warmup-steps") > 0;
 }
 
+// How the backend's kernels run: --attention, --deterministic, --gemm-algorithms and
+// --cuda-graphs.
+void add_kernel_options(po::options_description& opts, TrainOptions& o) {
+  auto add = opts.add_options();
+  add_attention_option(opts, &o.attention_request);
+  add_deterministic_option(opts, &o.deterministic);
+  add("gemm-algorithms",
+      word_option<GemmAlgorithms>(&o.gemm_algorithms, parse_gemm_algorithms,
+                                  gemm_algorithms_name(o.gemm_algorithms)),
+      "CUDA GEMMs: heuristic (cuBLASLt's first choice) | timed (each shape's first call times "
+      "the heuristic's other answers on its own operands and keeps the fastest that computes "
+      "the same bits)");
+  add("cuda-graphs",
+      word_option<bool>(
+          &o.cuda_graphs,
+          [](const std::string& w) { return parse_word(w, kOffOnWords, "--cuda-graphs"); },
+          word_of(o.cuda_graphs, kOffOnWords)),
+      "off | on: record each micro-batch's forward and backward once as CUDA graphs and replay "
+      "them (one rank at ZeRO stage 0, without LoRA; the same bits; docs/gpu.md)");
+}
+
 }  // namespace
 
 // Returns false when --help was printed.
@@ -412,14 +441,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("backend", backend_option(&o.backend),
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
       "visible, else cpu)");
-  add_attention_option(opts, &o.attention_request);
-  add_deterministic_option(opts, &o.deterministic);
-  add("gemm-algorithms",
-      word_option<GemmAlgorithms>(&o.gemm_algorithms, parse_gemm_algorithms,
-                                  gemm_algorithms_name(o.gemm_algorithms)),
-      "CUDA GEMMs: heuristic (cuBLASLt's first choice) | timed (each shape's first call times "
-      "the heuristic's other answers on its own operands and keeps the fastest that computes "
-      "the same bits)");
+  add_kernel_options(opts, o);
   add_document_masking_option(opts, &o.document_masking);
   add_activations_option(opts, &o.activations);
   add("zero-stage", po::value(&o.zero.stage)->default_value(o.zero.stage), "ZeRO stage 0-3");

@@ -57,6 +57,9 @@ struct TrainOptions : RunEngineOptions {
   // --gemm-algorithms heuristic | timed: how the CUDA GEMMs pick their cuBLASLt algorithms
   // (backend/gemm_tuning.h); either computes the same bits.
   GemmAlgorithms gemm_algorithms = GemmAlgorithms::kHeuristic;
+  // --cuda-graphs off | on: record each micro-batch's forward and backward once as CUDA graphs
+  // and replay them (engine/micro_batch_graphs.h); the same bits either way.
+  bool cuda_graphs = false;
   CheckpointFlags checkpoint;  // --save-every, --keep-last, --resume, ... (train_checkpointing.h)
   std::string deepspeed;       // --deepspeed FILE
   // The file's train_batch_size rule (applied once the world size is known) and the options it

@@ -59,6 +59,12 @@ std::unique_ptr<KernelProfiler> Backend::make_kernel_profiler() {
        "cuda, on a build that found CUPTI)");
 }
 
+std::unique_ptr<CapturedWork> Backend::capture(const std::function<void()>& /*work*/,
+                                               std::string& why_not) {
+  why_not = "the " + name() + " backend records no device work (CUDA graphs need --backend cuda)";
+  return nullptr;
+}
+
 void Backend::round_to_16bit(DType dtype, uint16_t* out, const float* in, int64_t n) {
   ZT_CHECK(dtype == DType::kBf16 || dtype == DType::kFloat16,
            std::string("round_to_16bit: not a 16-bit float type: ") + dtype_name(dtype));

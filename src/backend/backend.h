@@ -21,6 +21,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,15 @@ struct AdamWHyper {
   float weight_decay = 0.0f;  // decoupled: master -= lr * wd * master
   int64_t step = 1;           // 1-based, for bias correction
   float grad_scale = 1.0f;    // gradient multiplier applied before the update (clipping)
+};
+
+// Device work recorded once and replayed (a CUDA graph of the backend's stream, --cuda-graphs):
+// a replay issues the recorded ops again on the same pointers with the same scalars, whatever the
+// host's state is now. Whoever replays keeps every buffer the ops touch where it was.
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+  virtual void replay() = 0;
 };
 
 class Backend {
@@ -294,6 +304,17 @@ class Backend {
   // GEMM workspace, attention and reduction arenas and a library's workspace (small tables such
   // as RoPE's and the libraries' own handles are not counted). 0 on the CPU.
   virtual int64_t scratch_bytes() const { return 0; }
+  // Records the device work `work` issues instead of running it, for replay. Null, with the
+  // reason in `why_not`, where this backend cannot (the CPU backend), or where `work` did
+  // something a recording cannot hold (a host wait, an allocation, a copy from pageable memory):
+  // then none of its device work ran (its host code may have, up to where it failed), and the
+  // caller runs it again.
+  virtual std::unique_ptr<CapturedWork> capture(const std::function<void()>& work,
+                                                std::string& why_not);
+  // How many times this process moved or freed a buffer of a backend's own that its ops read or
+  // write (a workspace, a table): captured work made before the count changed may point at
+  // memory that is gone, and must be dropped. 0 where nothing is ever captured.
+  virtual uint64_t own_buffers_moved() const { return 0; }
   // Marks in this backend's issue order, timed as the device passes them (host clock here).
   virtual PhaseTimeline& timeline() { return host_timeline_; }
   // A recorder of this backend's device activity (`train --profile-steps`); throws zt::Error

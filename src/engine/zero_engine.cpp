@@ -153,24 +153,48 @@ void ZeroEngine::Impl::release(size_t use) {
 }
 
 void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float grad_scale,
-                                       StepStats& stats) {
+                                       bool document_masks) {
   LlamaModel& model = self.model_;
-  const int U = model.layout().num_compute_units();
   if (traits.shard_parameters)
     gatherer->begin_pass(
         Stage3Residency::flatten(Stage3Residency::unit_pass(model.layout(), lowest_backward())));
-  PhaseTimeline::Mark phase = intervals.begin();
-  set_phase(comm.step(), "forward");
+  // Each pass between its phase marks; the backward's also lands the reductions and the losses.
+  const auto timed = [&](bool backward, const MicroBatchGraphs::Pass& pass) {
+    const PhaseTimeline::Mark phase = intervals.begin();
+    set_phase(comm.step(), backward ? "backward" : "forward");
+    pass();
+    if (backward) finish_backward(micro_batch, last);
+    intervals.end(backward ? StepIntervals::kBackward : StepIntervals::kForward, phase);
+  };
+  const auto forward = [&] { forward_units(grad_scale); };
+  const auto backward = [&] { backward_units(micro_batch, last); };
+  if (graphs) {  // op by op where they are off, counted in their report
+    graphs->run(MicroBatchGraphs::key_of(micro_batch == 0, grad_scale), document_masks, forward,
+                backward, timed);
+    return;
+  }
+  timed(false, forward);
+  timed(true, backward);
+}
+
+void ZeroEngine::Impl::forward_units(float grad_scale) {
+  LlamaModel& model = self.model_;
   size_t use = 0;  // position in the pass (Stage3Residency::unit_pass)
-  for (int unit = 0; unit < U; ++unit) {
+  for (int unit = 0; unit < model.layout().num_compute_units(); ++unit) {
     const GroupUse u = acquire_use(unit, use);
     model.forward_group(unit, u.params, true, grad_scale, u.embedding, u.adapters);
     release_use(u);
     use = u.next;
   }
-  intervals.end(StepIntervals::kForward, phase);
-  phase = intervals.begin();
-  set_phase(comm.step(), "backward");
+  backward_use = use;
+}
+
+// While micro-batches are recorded (records_micro_batches) no reduction starts here: the pass is
+// recorded, and finish_backward starts them after it.
+void ZeroEngine::Impl::backward_units(int64_t micro_batch, bool last) {
+  LlamaModel& model = self.model_;
+  const int U = model.layout().num_compute_units();
+  size_t use = backward_use;
   // Tied embeddings: the head's backward adds the embedding's gradient into tied_grads, the
   // embedding's backward adds its own, then it is reduced (stages 2/3) or accumulated (0/1).
   float* embedding_grads = nullptr;
@@ -232,25 +256,62 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
       } else {
         backward(full_grads, first ? GradWrite::kAssign : GradWrite::kAdd);
       }
-      if (last && traits.reduction == GradReduction::kAllReduceAfterLast)
-        reducer->start(GradReducer::Mode::kAllReduce, full_grads, p.padded, nullptr);
-      if (last && traits.reduction == GradReduction::kReduceScatterAfterLast)
-        reducer->start(GradReducer::Mode::kReduceScatterStore, full_grads, p.padded, own_grads(g),
-                       std::move(landed));
+      if (last && !records_micro_batches()) start_reduction_after_last(g, std::move(landed));
     }
     release_use(u);
     use = u.next;
+    if (records_micro_batches()) continue;
     if (zero.overlap_comm)
       reducer->poll();
     else
       reducer->drain_all();
   }
+}
+
+// Stages 0/1: the group's gradient, accumulated over the step's micro-batches, is reduced.
+void ZeroEngine::Impl::start_reduction_after_last(int g, std::function<void()> landed) {
+  float* full_grads = grads[static_cast<size_t>(g)].data();
+  const int64_t padded = part(g).padded;
+  if (traits.reduction == GradReduction::kAllReduceAfterLast)
+    reducer->start(GradReducer::Mode::kAllReduce, full_grads, padded, nullptr);
+  if (traits.reduction == GradReduction::kReduceScatterAfterLast)
+    reducer->start(GradReducer::Mode::kReduceScatterStore, full_grads, padded, own_grads(g),
+                   std::move(landed));
+}
+
+void ZeroEngine::Impl::finish_backward(int64_t micro_batch, bool last) {
+  LlamaModel& model = self.model_;
+  // Micro-batch graphs (stage 0, one rank, no offload): the reductions the backward would have
+  // started, in its order, now that the recorded pass is queued.
+  if (records_micro_batches() && last)
+    for (int g = model.layout().num_compute_units() - 1; g >= lowest_backward(); --g)
+      if (trains(g)) start_reduction_after_last(g, {});
   reducer->drain_all();
   // The head's backward wrote the losses (the fused linear + cross-entropy, LlamaModel).
   const int64_t M = model.tokens_per_micro_batch();
   dev.copy(step_losses.data() + micro_batch * M, model.token_losses(),
            static_cast<size_t>(M) * sizeof(float));
-  intervals.end(StepIntervals::kBackward, phase);
+}
+
+std::string ZeroEngine::Impl::why_no_graphs() const {
+  const LlamaModel& model = self.model_;
+  if (world > 1)
+    return "graphs need one rank (at several the reductions overlap the backward; " +
+           std::to_string(world) + " ranks here)";
+  if (zero.stage != 0) return "graphs need ZeRO stage 0 (stage " + std::to_string(zero.stage) + ")";
+  if (invariant()) return "graphs do not run world-invariant training";
+  if (model.config().lora.enabled())
+    return "graphs do not run LoRA (its dropout masks follow the batch's position)";
+  if (model.checkpointing().on_host) return "graphs do not run cpu_checkpointing (its host copies)";
+  return "";
+}
+
+void ZeroEngine::use_cuda_graphs() {
+  impl_->graphs = std::make_unique<MicroBatchGraphs>(impl_->be, impl_->why_no_graphs());
+}
+
+const MicroBatchGraphs::Report* ZeroEngine::cuda_graphs_report() const {
+  return impl_->graphs ? &impl_->graphs->report() : nullptr;
 }
 
 double ZeroEngine::Impl::step_loss_sum(int64_t micro_batches) {
@@ -399,7 +460,8 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
                      doc_starts.empty() ? nullptr : doc_starts[static_cast<size_t>(m)]);
     model_.set_batch_position(((step - 1) * G + (m * I.world + I.rank) * B) * T);
     if (I.invariant()) I.leaf = I.micro_batch_sum->next_leaf();
-    I.run_micro_batch(m, m == accum - 1, grad_scale, stats);
+    I.run_micro_batch(m, m == accum - 1, grad_scale,
+                      !doc_starts.empty() && doc_starts[static_cast<size_t>(m)] != nullptr);
     if (I.invariant()) I.micro_batch_sum->add_leaf();
   }
   if (I.invariant()) I.land_invariant_gradients();

@@ -26,6 +26,7 @@
 #include "engine/engine_types.h"
 #include "engine/loss_scaler.h"
 #include "engine/memory_plan.h"
+#include "engine/micro_batch_graphs.h"
 #include "engine/offload/offload_config.h"
 #include "engine/zero_config.h"
 #include "model/init.h"
@@ -74,6 +75,12 @@ class ZeroEngine {
                        const std::vector<const int32_t*>& targets, float lr, int64_t step,
                        int64_t counted_targets = -1,
                        const std::vector<const int32_t*>& doc_starts = {});
+  // --cuda-graphs on: from now on each micro-batch's forward and backward are recorded once and
+  // replayed (engine/micro_batch_graphs.h), where this engine allows it (one rank, stage 0, no
+  // LoRA, no cpu_checkpointing, no world-invariant training) and the backend can record; the
+  // report says what happened, and why not. Call before the first step.
+  void use_cuda_graphs();
+  const MicroBatchGraphs::Report* cuda_graphs_report() const;  // null unless use_cuda_graphs()
   // fp16 loss scaling (engine/loss_scaler.h; null in bf16 and fp32 runs): its state, and the
   // steps it skipped, which a checkpoint saves and a resume restores. A skipped step advances
   // neither Adam's step count nor (in the caller) the learning-rate schedule.

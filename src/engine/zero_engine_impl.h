@@ -12,6 +12,7 @@
 #include "engine/grad_reducer.h"
 #include "engine/loss_scaler.h"
 #include "engine/memory_plan.h"
+#include "engine/micro_batch_graphs.h"
 #include "engine/offload/host_device_copier.h"
 #include "engine/offload/offload_optimizer.h"
 #include "engine/pairwise_sum.h"
@@ -116,6 +117,14 @@ struct ZeroEngine::Impl {
   // lowest group whose backward runs.
   std::vector<bool> group_trains;
   int lowest_backward_group = 0;
+  // --cuda-graphs on (engine/micro_batch_graphs.h); null when not asked for. backward_use: the
+  // pass position where the forward left off (Stage3Residency::unit_pass).
+  std::unique_ptr<MicroBatchGraphs> graphs;
+  size_t backward_use = 0;
+  // Whether micro-batches go through `graphs` (asked for, allowed, and not turned off by a failed
+  // recording, which happens only before a micro-batch's passes run op by op): then the
+  // reductions start after the backward, not inside it (one rank at stage 0: the same bits).
+  bool records_micro_batches() const { return graphs && graphs->on(); }
 
   const GroupPartition& part(int g) const { return self.parts_[static_cast<size_t>(g)]; }
   int num_groups() const { return static_cast<int>(self.parts_.size()); }
@@ -176,7 +185,15 @@ struct ZeroEngine::Impl {
   std::vector<DecaySegment> own_segments(int g) const;
   const float* resident_master(int g);
   void release(size_t use);
-  void run_micro_batch(int64_t micro_batch, bool last, float grad_scale, StepStats& stats);
+  // One micro-batch's forward and backward, its reductions and its losses' copy; recorded and
+  // replayed through `graphs` where the engine has them.
+  void run_micro_batch(int64_t micro_batch, bool last, float grad_scale, bool document_masks);
+  void forward_units(float grad_scale);
+  void backward_units(int64_t micro_batch, bool last);
+  void start_reduction_after_last(int g, std::function<void()> landed);
+  void finish_backward(int64_t micro_batch, bool last);
+  // Why this engine's micro-batches cannot be recorded as CUDA graphs ("" when they can).
+  std::string why_no_graphs() const;
   // Σ over the ranks of the per-token losses kept by run_micro_batch: read once, after the step's
   // device work (no host synchronisation between micro-batches). Each micro-batch in double; in
   // world-invariant training the micro-batches' sums are added in global micro-batch order.

@@ -139,6 +139,7 @@ class LlamaModel {
 
   const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
+  const ActivationCheckpointing& checkpointing() const { return ac_; }
   int64_t micro_batch() const { return B_; }
   int64_t seq_len() const { return T_; }
   int64_t tokens_per_micro_batch() const { return B_ * T_; }

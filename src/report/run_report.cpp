@@ -178,8 +178,22 @@ nlohmann::json attention_graphs_json(const AttentionGraphReport& graphs) {
           {"workspace_bytes", graphs.workspace_bytes}};
 }
 
-BackendTallies backend_tallies(const Backend& backend) {
+BackendTallies backend_tallies(const Backend& backend, const MicroBatchGraphs::Report* graphs) {
   BackendTallies tallies;
+  if (graphs) {
+    const bool on = graphs->off_reason.empty();
+    tallies.fields["cuda_graphs"] = {{"on", on},
+                                     {"off_reason", graphs->off_reason},
+                                     {"recorded", graphs->recorded},
+                                     {"replayed_micro_batches", graphs->replayed},
+                                     {"eager_micro_batches", graphs->eager},
+                                     {"dropped", graphs->dropped}};
+    tallies.log_lines.push_back(
+        "CUDA graphs: " + std::string(on ? "on" : "off (" + graphs->off_reason + ")") + ", " +
+        std::to_string(graphs->replayed) + " micro-batches replayed, " +
+        std::to_string(graphs->eager) + " op by op, " + std::to_string(graphs->recorded) +
+        " recorded, " + std::to_string(graphs->dropped) + " dropped");
+  }
   if (const std::optional<GemmTuningReport> gemm = backend.gemm_tuning_report()) {
     tallies.fields["gemm_algorithms"] = gemm_tuning_json(*gemm);
     tallies.log_lines.push_back("GEMM algorithms: " + gemm->summary());

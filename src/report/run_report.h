@@ -12,6 +12,7 @@
 #include "backend/attention_graph_report.h"
 #include "backend/backend.h"
 #include "backend/gemm_tuning.h"
+#include "engine/micro_batch_graphs.h"
 #include "report/metrics_log.h"
 
 namespace zt {
@@ -80,7 +81,9 @@ struct BackendTallies {
   nlohmann::json fields = nlohmann::json::object();
   std::vector<std::string> log_lines;
 };
-BackendTallies backend_tallies(const Backend& backend);
+// The backend's GEMM and attention tallies, and `graphs` where the run asked for CUDA graphs.
+BackendTallies backend_tallies(const Backend& backend,
+                               const MicroBatchGraphs::Report* graphs = nullptr);
 
 std::string report_markdown(const nlohmann::json& report);
 

@@ -28,6 +28,7 @@ GuardedDeviceMemory::~GuardedDeviceMemory() {
 }
 
 void* GuardedDeviceMemory::allocate(size_t bytes, MemCategory) {
+  refuse_while_recording("an allocation");
   const size_t mapped = page_rounded(bytes);
   // Anonymous mappings are zero-filled; the guard state follows the current scope.
   void* p = mmap(nullptr, mapped, depth_ > 0 ? PROT_READ | PROT_WRITE : PROT_NONE,
@@ -39,6 +40,7 @@ void* GuardedDeviceMemory::allocate(size_t bytes, MemCategory) {
 }
 
 void GuardedDeviceMemory::release(void* p, size_t bytes) {
+  refuse_while_recording("a release");
   auto it = regions_.find(reinterpret_cast<uintptr_t>(p));
   ZT_CHECK(it != regions_.end(), "guarded device memory: release of an unknown pointer");
   if (const InFlight* busy = in_flight_overlap(p, bytes)) {
@@ -109,13 +111,33 @@ void GuardedDeviceMemory::close() {
   if (--depth_ == 0) protect_all(PROT_NONE);
 }
 
+void GuardedDeviceMemory::issue(std::function<void()> op) {
+  if (recording_) {
+    if (refusing_) fail("guarded device: this test refuses the recording");
+    recording_->push_back([this, op = std::move(op)] {
+      Access access(*this);
+      op();
+    });
+    return;
+  }
+  Access access(*this);
+  op();
+}
+
+void GuardedDeviceMemory::refuse_while_recording(const char* what) const {
+  if (recording_)
+    fail(std::string("guarded device: ") + what + " while recording (a capture cannot hold it)");
+}
+
 void GuardedDeviceMemory::to_device(void* device, const void* host, size_t bytes) {
+  refuse_while_recording("to_device (a host copy)");
   require_device(device, bytes, "to_device destination");
   Access access(*this);
   if (bytes) std::memcpy(device, host, bytes);
 }
 
 void GuardedDeviceMemory::to_host(void* host, const void* device, size_t bytes) {
+  refuse_while_recording("to_host (a host copy)");
   require_device(device, bytes, "to_host source");
   Access access(*this);
   if (bytes) std::memcpy(host, device, bytes);
@@ -124,22 +146,26 @@ void GuardedDeviceMemory::to_host(void* host, const void* device, size_t bytes) 
 void GuardedDeviceMemory::copy(void* device_dst, const void* device_src, size_t bytes) {
   require_device(device_dst, bytes, "copy destination");
   require_device(device_src, bytes, "copy source");
-  Access access(*this);
-  if (bytes) std::memmove(device_dst, device_src, bytes);
+  issue([=] {
+    if (bytes) std::memmove(device_dst, device_src, bytes);
+  });
 }
 
 void GuardedDeviceMemory::zero(void* device, size_t bytes) {
   require_device(device, bytes, "zero destination");
-  Access access(*this);
-  if (bytes) std::memset(device, 0, bytes);
+  issue([=] {
+    if (bytes) std::memset(device, 0, bytes);
+  });
 }
 
 void GuardedDeviceMemory::to_host_async(void* host, const void* device, size_t bytes) {
+  refuse_while_recording("to_host_async (a host copy)");
   require_device(device, bytes, "to_host_async source");
   pending_copies_.push_back({host, device, bytes, copies_issued_++});
 }
 
 void GuardedDeviceMemory::to_device_async(void* device, const void* host, size_t bytes) {
+  refuse_while_recording("to_device_async (a host copy)");
   require_device(device, bytes, "to_device_async destination");
   pending_copies_.push_back({device, host, bytes, copies_issued_++});
 }
@@ -149,6 +175,7 @@ void GuardedDeviceMemory::wait_copies() {
 }
 
 void GuardedDeviceMemory::wait_copies_until(uint64_t mark) {
+  refuse_while_recording("a wait for copies");
   Access access(*this);
   while (!pending_copies_.empty() && pending_copies_.front().sequence < mark) {
     const PendingCopy& c = pending_copies_.front();
@@ -171,14 +198,17 @@ class GuardedBackend final : public Backend {
 
   std::string name() const override { return be_.name() + "+guarded"; }
   DeviceMemory& device_memory() override { return mem_; }
+  std::unique_ptr<CapturedWork> capture(const std::function<void()>& work,
+                                        std::string& why_not) override;
+  uint64_t own_buffers_moved() const override { return mem_.own_buffer_moves(); }
+  void synchronize() override { mem_.refuse_while_recording("synchronize (a host wait)"); }
 
   void matmul_forward(TensorView y, ConstTensorView x, ConstTensorView w, int64_t M, int64_t N,
                       int64_t K) override {
     need(y, M * N, "matmul_forward y");
     need(x, M * K, "matmul_forward x");
     need(w, N * K, "matmul_forward w");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.matmul_forward(y, x, w, M, N, K);
+    issue([=, this] { be_.matmul_forward(y, x, w, M, N, K); });
   }
   void matmul_forward_add(TensorView y, ConstTensorView x, ConstTensorView w,
                           ConstTensorView residual, int64_t M, int64_t N, int64_t K) override {
@@ -186,8 +216,7 @@ class GuardedBackend final : public Backend {
     need(x, M * K, "matmul_forward_add x");
     need(w, N * K, "matmul_forward_add w");
     need(residual, M * N, "matmul_forward_add residual");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.matmul_forward_add(y, x, w, residual, M, N, K);
+    issue([=, this] { be_.matmul_forward_add(y, x, w, residual, M, N, K); });
   }
   void matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
                        ConstTensorView w, int64_t M, int64_t N, int64_t K, bool accumulate_dx,
@@ -197,20 +226,17 @@ class GuardedBackend final : public Backend {
     need(dy, M * N, "matmul_backward dy");
     need(x, M * K, "matmul_backward x");
     need(w, N * K, "matmul_backward w");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.matmul_backward(dx, dw, dy, x, w, M, N, K, accumulate_dx, dw_write);
+    issue([=, this] { be_.matmul_backward(dx, dw, dy, x, w, M, N, K, accumulate_dx, dw_write); });
   }
   void bias_forward(TensorView y, ConstTensorView b, int64_t M, int64_t N) override {
     need(y, M * N, "bias_forward y");
     need(b, N, "bias_forward b");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.bias_forward(y, b, M, N);
+    issue([=, this] { be_.bias_forward(y, b, M, N); });
   }
   void bias_backward(float* db, ConstTensorView dy, int64_t M, int64_t N) override {
     need(db, N, "bias_backward db");
     need(dy, M * N, "bias_backward dy");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.bias_backward(db, dy, M, N);
+    issue([=, this] { be_.bias_backward(db, dy, M, N); });
   }
   void rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g, int64_t M,
                        int64_t D, float eps, float weight_offset = 0.0f) override {
@@ -218,8 +244,7 @@ class GuardedBackend final : public Backend {
     need(rstd, M, "rmsnorm_forward rstd");
     need(x, M * D, "rmsnorm_forward x");
     need(g, D, "rmsnorm_forward g");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.rmsnorm_forward(y, rstd, x, g, M, D, eps, weight_offset);
+    issue([=, this] { be_.rmsnorm_forward(y, rstd, x, g, M, D, eps, weight_offset); });
   }
   void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
                         ConstTensorView g, const float* rstd, int64_t M, int64_t D,
@@ -230,8 +255,8 @@ class GuardedBackend final : public Backend {
     need(x, M * D, "rmsnorm_backward x");
     need(g, D, "rmsnorm_backward g");
     need(rstd, M, "rmsnorm_backward rstd");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.rmsnorm_backward(dx, dg, dy, x, g, rstd, M, D, weight_offset, dg_write);
+    issue(
+        [=, this] { be_.rmsnorm_backward(dx, dg, dy, x, g, rstd, M, D, weight_offset, dg_write); });
   }
   // Host memory: the wrapped backend reads it as the model passes it.
   void set_document_layout(const int32_t* host_doc_start, int64_t B, int64_t T) override {
@@ -241,15 +266,13 @@ class GuardedBackend final : public Backend {
                     const int32_t* doc_start = nullptr) override {
     need(x, B * T * H * hd, "rope_forward x");
     need_doc_start(doc_start, B * T, "rope_forward doc_start");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.rope_forward(x, B, T, H, hd, rope, doc_start);
+    issue([=, this] { be_.rope_forward(x, B, T, H, hd, rope, doc_start); });
   }
   void rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
                      const RopeSpec& rope, const int32_t* doc_start = nullptr) override {
     need(dx, B * T * H * hd, "rope_backward dx");
     need_doc_start(doc_start, B * T, "rope_backward doc_start");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.rope_backward(dx, B, T, H, hd, rope, doc_start);
+    issue([=, this] { be_.rope_backward(dx, B, T, H, hd, rope, doc_start); });
   }
   void attention_forward(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
                          ConstTensorView v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
@@ -261,8 +284,9 @@ class GuardedBackend final : public Backend {
     need(q, B * T * H * hd, "attention_forward q");
     need(k, B * T * Hkv * hd, "attention_forward k");
     need(v, B * T * Hkv * hd, "attention_forward v");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.attention_forward(out, lse, q, k, v, B, T, H, Hkv, hd, doc_start, scores);
+    issue([=, this] {
+      be_.attention_forward(out, lse, q, k, v, B, T, H, Hkv, hd, doc_start, scores);
+    });
   }
   void attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout,
                           ConstTensorView q, ConstTensorView k, ConstTensorView v,
@@ -280,17 +304,17 @@ class GuardedBackend final : public Backend {
     need(v, nkv, "attention_backward v");
     need(out, nq, "attention_backward out");
     need(lse, B * H * T, "attention_backward lse");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, hd, doc_start,
-                           scores);
+    issue([=, this] {
+      be_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, hd, doc_start,
+                             scores);
+    });
   }
   void glu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
                    GluActivation act = GluActivation::kSilu) override {
     need(h, n, "glu_forward h");
     need(gate, n, "glu_forward gate");
     need(up, n, "glu_forward up");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.glu_forward(h, gate, up, n, act);
+    issue([=, this] { be_.glu_forward(h, gate, up, n, act); });
   }
   void glu_backward(TensorView dgate, TensorView dup, ConstTensorView dh, ConstTensorView gate,
                     ConstTensorView up, int64_t n,
@@ -300,24 +324,21 @@ class GuardedBackend final : public Backend {
     need(dh, n, "glu_backward dh");
     need(gate, n, "glu_backward gate");
     need(up, n, "glu_backward up");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.glu_backward(dgate, dup, dh, gate, up, n, act);
+    issue([=, this] { be_.glu_backward(dgate, dup, dh, gate, up, n, act); });
   }
   void embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table, int64_t n,
                          int64_t D) override {
     need(x, n * D, "embedding_forward x");
     mem_.require_device(tokens, bytes_of(n, sizeof(int32_t)), "embedding_forward tokens");
     mem_.require_device(table.data, dtype_size(table.dtype), "embedding_forward table");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.embedding_forward(x, tokens, table, n, D);
+    issue([=, this] { be_.embedding_forward(x, tokens, table, n, D); });
   }
   void embedding_backward(float* dtable, ConstTensorView dx, const int32_t* tokens, int64_t n,
                           int64_t D) override {
     mem_.require_device(dtable, kF, "embedding_backward dtable");
     need(dx, n * D, "embedding_backward dx");
     mem_.require_device(tokens, bytes_of(n, sizeof(int32_t)), "embedding_backward tokens");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.embedding_backward(dtable, dx, tokens, n, D);
+    issue([=, this] { be_.embedding_backward(dtable, dx, tokens, n, D); });
   }
   void cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
                      const int32_t* targets, int64_t M, int64_t V, float grad_scale,
@@ -326,13 +347,13 @@ class GuardedBackend final : public Backend {
     need(dlogits, M * V, "cross_entropy dlogits");
     need(logits, M * V, "cross_entropy logits");
     mem_.require_device(targets, bytes_of(M, sizeof(int32_t)), "cross_entropy targets");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.cross_entropy(losses, dlogits, logits, targets, M, V, grad_scale, softcap);
+    issue([=, this] {
+      be_.cross_entropy(losses, dlogits, logits, targets, M, V, grad_scale, softcap);
+    });
   }
   void softcap_inplace(TensorView y, float c, int64_t n) override {
     need(y, n, "softcap_inplace y");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.softcap_inplace(y, c, n);
+    issue([=, this] { be_.softcap_inplace(y, c, n); });
   }
   void adamw(float* master, float* m, float* v, const float* grad, bf16_t* param_bf16,
              float* param_f32, int64_t n, const AdamWHyper& h) override {
@@ -342,38 +363,34 @@ class GuardedBackend final : public Backend {
     need(grad, n, "adamw grad");
     mem_.require_device(param_bf16, bytes_of(n, sizeof(bf16_t)), "adamw param_bf16");
     need(param_f32, n, "adamw param_f32");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.adamw(master, m, v, grad, param_bf16, param_f32, n, h);
+    issue([=, this] { be_.adamw(master, m, v, grad, param_bf16, param_f32, n, h); });
   }
   double sum_squares(const float* x, int64_t n) override {
     need(x, n, "sum_squares x");
+    mem_.refuse_while_recording("sum_squares (a host read)");
     GuardedDeviceMemory::Access a(mem_);
     return be_.sum_squares(x, n);
   }
   void sum_squares_to(double* out, const float* x, int64_t n) override {
     need(x, n, "sum_squares_to x");
     mem_.require_device(out, sizeof(double), "sum_squares_to out");
-    GuardedDeviceMemory::Access a(mem_);
-    *out = be_.sum_squares(x, n);
+    issue([=, this] { *out = be_.sum_squares(x, n); });
   }
   PhaseTimeline& timeline() override { return be_.timeline(); }
   void add_inplace(TensorView y, ConstTensorView x, int64_t n) override {
     need(y, n, "add_inplace y");
     need(x, n, "add_inplace x");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.add_inplace(y, x, n);
+    issue([=, this] { be_.add_inplace(y, x, n); });
   }
   void scale_inplace(TensorView y, float s, int64_t n) override {
     need(y, n, "scale_inplace y");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.scale_inplace(y, s, n);
+    issue([=, this] { be_.scale_inplace(y, s, n); });
   }
   void dropout_forward(TensorView y, ConstTensorView x, int64_t M, int64_t K, float p,
                        uint64_t stream, int64_t first_row) override {
     need(y, M * K, "dropout_forward y");
     need(x, M * K, "dropout_forward x");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.dropout_forward(y, x, M, K, p, stream, first_row);
+    issue([=, this] { be_.dropout_forward(y, x, M, K, p, stream, first_row); });
   }
   void dora_weight_norms(float* norms, ConstTensorView w, ConstTensorView b, ConstTensorView a,
                          float s, int64_t N, int64_t r, int64_t K, DType norm_type) override {
@@ -381,8 +398,7 @@ class GuardedBackend final : public Backend {
     need(w, N * K, "dora_weight_norms w");
     need(b, N * r, "dora_weight_norms b");
     need(a, r * K, "dora_weight_norms a");
-    GuardedDeviceMemory::Access access(mem_);
-    be_.dora_weight_norms(norms, w, b, a, s, N, r, K, norm_type);
+    issue([=, this] { be_.dora_weight_norms(norms, w, b, a, s, N, r, K, norm_type); });
   }
   void dora_scale_columns(TensorView y, ConstTensorView x, ConstTensorView magnitude,
                           const float* norms, float offset, int64_t M, int64_t N,
@@ -391,8 +407,7 @@ class GuardedBackend final : public Backend {
     need(x, M * N, "dora_scale_columns x");
     need(magnitude, N, "dora_scale_columns magnitude");
     need(norms, N, "dora_scale_columns norms");
-    GuardedDeviceMemory::Access access(mem_);
-    be_.dora_scale_columns(y, x, magnitude, norms, offset, M, N, accumulate);
+    issue([=, this] { be_.dora_scale_columns(y, x, magnitude, norms, offset, M, N, accumulate); });
   }
   void dora_magnitude_grad(float* dm, ConstTensorView dy, ConstTensorView z, const float* norms,
                            int64_t M, int64_t N) override {
@@ -400,36 +415,32 @@ class GuardedBackend final : public Backend {
     need(dy, M * N, "dora_magnitude_grad dy");
     need(z, M * N, "dora_magnitude_grad z");
     need(norms, N, "dora_magnitude_grad norms");
-    GuardedDeviceMemory::Access access(mem_);
-    be_.dora_magnitude_grad(dm, dy, z, norms, M, N);
+    issue([=, this] { be_.dora_magnitude_grad(dm, dy, z, norms, M, N); });
   }
   void zero(TensorView y, int64_t n) override { mem_.zero(y.data, view_bytes(y, n)); }
   void to_bf16(bf16_t* out, const float* in, int64_t n) override {
     mem_.require_device(out, bytes_of(n, sizeof(bf16_t)), "to_bf16 out");
     need(in, n, "to_bf16 in");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.to_bf16(out, in, n);
+    issue([=, this] { be_.to_bf16(out, in, n); });
   }
   void from_bf16(float* out, const bf16_t* in, int64_t n) override {
     need(out, n, "from_bf16 out");
     mem_.require_device(in, bytes_of(n, sizeof(bf16_t)), "from_bf16 in");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.from_bf16(out, in, n);
+    issue([=, this] { be_.from_bf16(out, in, n); });
   }
   void to_fp16(uint16_t* out, const float* in, int64_t n) override {
     mem_.require_device(out, bytes_of(n, sizeof(uint16_t)), "to_fp16 out");
     need(in, n, "to_fp16 in");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.to_fp16(out, in, n);
+    issue([=, this] { be_.to_fp16(out, in, n); });
   }
   void from_fp16(float* out, const uint16_t* in, int64_t n) override {
     need(out, n, "from_fp16 out");
     mem_.require_device(in, bytes_of(n, sizeof(uint16_t)), "from_fp16 in");
-    GuardedDeviceMemory::Access a(mem_);
-    be_.from_fp16(out, in, n);
+    issue([=, this] { be_.from_fp16(out, in, n); });
   }
 
  private:
+  void issue(std::function<void()> op) { mem_.issue(std::move(op)); }
   // n elements of the view's storage type (float32 for a plain float pointer).
   void need(ConstTensorView p, int64_t n, const char* what) const {
     mem_.require_device(p.data, view_bytes(p, n), what);
@@ -442,6 +453,34 @@ class GuardedBackend final : public Backend {
   Backend& be_;
   GuardedDeviceMemory& mem_;
 };
+
+// What GuardedBackend::capture recorded; each replay runs it again, in issue order.
+class GuardedRecording final : public CapturedWork {
+ public:
+  explicit GuardedRecording(std::vector<std::function<void()>> ops) : ops_(std::move(ops)) {}
+  void replay() override {
+    for (const std::function<void()>& op : ops_) op();
+  }
+
+ private:
+  std::vector<std::function<void()>> ops_;
+};
+
+std::unique_ptr<CapturedWork> GuardedBackend::capture(const std::function<void()>& work,
+                                                      std::string& why_not) {
+  ZT_CHECK(!mem_.recording(), "guarded device: a recording inside a recording");
+  std::vector<std::function<void()>> ops;
+  mem_.begin_recording(&ops);
+  try {
+    work();
+  } catch (const std::exception& e) {
+    mem_.end_recording();
+    why_not = e.what();
+    return nullptr;
+  }
+  mem_.end_recording();
+  return std::make_unique<GuardedRecording>(std::move(ops));
+}
 
 // Bytes of the rank-tree partial sums a reduce-scatter's caller lent (0 when none).
 size_t lent_scratch_bytes(const CollectiveCall& call) {
@@ -516,6 +555,7 @@ class GuardedCommunicator final : public Communicator {
     if (bytes.recv > 0) mem_.require_device(call.recv, bytes.recv, "collective recv buffer");
     if (const size_t scratch = lent_scratch_bytes(call); scratch > 0)
       mem_.require_device(call.scratch, scratch, "rank-tree scratch");
+    mem_.refuse_while_recording("a collective");
     GuardedDeviceMemory::Access a(mem_);
     CommHandle inner = forward_collective(inner_, call, call.send, call.recv, call.scratch);
     return std::make_unique<GuardedRequest>(std::move(call), mem_, std::move(inner));

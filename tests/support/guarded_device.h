@@ -23,9 +23,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
@@ -56,6 +58,25 @@ class GuardedDeviceMemory final : public DeviceMemory {
   uint64_t mark_copies() override { return copies_issued_; }
   void wait_copies_until(uint64_t mark) override;
   size_t pending_copies() const { return pending_copies_.size(); }
+
+  // Recording (Backend::capture, as a CUDA stream capture records): between begin_recording and
+  // end_recording, the backend's ops, copy and zero are appended to `ops` instead of run; a host
+  // copy, an allocation, a release or a wait throws zt::Error naming it, as a capture refuses
+  // one. Nothing recorded reads its arguments again: a replay runs every op as it was issued.
+  void begin_recording(std::vector<std::function<void()>>* ops) {
+    recording_ = ops;
+    refusing_ = recordings_allowed_ >= 0 && recordings_made_++ >= recordings_allowed_;
+  }
+  void end_recording() { recording_ = nullptr; }
+  bool recording() const { return recording_ != nullptr; }
+  // Runs `op` in an access scope now, or records it to run in one at each replay.
+  void issue(std::function<void()> op);
+  void refuse_while_recording(const char* what) const;
+  // A test's: every recording after the first `allowed` fails at its first op (-1: none fails).
+  void refuse_recordings_after(int allowed) { recordings_allowed_ = allowed; }
+  // The count Backend::own_buffers_moved reports; a test moves "a buffer of the backend's own".
+  void move_own_buffer() { ++own_buffer_moves_; }
+  uint64_t own_buffer_moves() const { return own_buffer_moves_; }
 
   // Whether [p, p+bytes) lies inside one live device buffer.
   bool contains(const void* p, size_t bytes) const;
@@ -102,6 +123,10 @@ class GuardedDeviceMemory final : public DeviceMemory {
   };
   std::deque<PendingCopy> pending_copies_;
   uint64_t copies_issued_ = 0;
+  std::vector<std::function<void()>>* recording_ = nullptr;
+  uint64_t own_buffer_moves_ = 0;
+  int recordings_allowed_ = -1, recordings_made_ = 0;
+  bool refusing_ = false;  // the recording under way is refused
   uint64_t next_token_ = 1;
   int depth_ = 0;
 };

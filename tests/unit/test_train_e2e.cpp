@@ -422,6 +422,10 @@ TEST_F(TrainE2E, BadInputsFailNamingTheCulprit) {
        "--deterministic false needs the CUDA backend (this run uses the CPU backend, whose "
        "kernels are all deterministic)"},
       {"--preset tiny " + base + " --backend cpu --deterministic maybe", "--deterministic"},
+      {"--preset tiny " + base + " --backend cpu --cuda-graphs on",
+       "--cuda-graphs on needs the CUDA backend"},
+      {"--preset tiny " + base + " --cuda-graphs yes",
+       "--cuda-graphs must be off or on, got 'yes'"},
       {"--preset tiny " + base + " --grad-accum -2", "--grad-accum"},
       {"--preset tiny " + base + " --seq-len 0", "--seq-len"},
       {"--preset tiny " + base + " --seq-len 4096", "max_position_embeddings 2048"},
@@ -490,6 +494,7 @@ TEST_F(TrainE2E, OptionsAreAcceptedFromConfigFile) {
   EXPECT_EQ(run["config"]["attention"], "auto");        // requested
   EXPECT_EQ(run["config"]["attention_kernel"], "cpu");  // what ran: the CPU backend's one
   EXPECT_EQ(run["config"]["deterministic"], true);      // --deterministic's default
+  EXPECT_EQ(run["config"]["cuda_graphs"], "off");       // --cuda-graphs's default
   EXPECT_EQ(run["config"]["activations"], "fp32");      // the CPU backend's default
   EXPECT_EQ(run["config"]["lr"].get<double>(), 5e-3);   // command line wins over the file
   // The engine the run built (engine/engine_spec_json.h), as the report reads it back.

@@ -26,6 +26,7 @@
 #include "backend/cuda/cuda_devices.h"
 #include "backend/cuda/cuda_event_timeline.h"
 #include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/cuda_graph_capture.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/gemm_batch.h"
 #include "util/cuda/cuda_check.h"
@@ -128,6 +129,15 @@ CudaBackend::~CudaBackend() = default;
 std::string CudaBackend::name() const {
   return state_->name;
 }
+std::unique_ptr<CapturedWork> CudaBackend::capture(const std::function<void()>& work,
+                                                   std::string& why_not) {
+  return capture_stream_work(state_->stream, work, why_not);
+}
+
+uint64_t CudaBackend::own_buffers_moved() const {
+  return own_buffer_moves();
+}
+
 void CudaBackend::synchronize() {
   ZT_CUDA_CHECK(cudaStreamSynchronize(state_->stream));
 }
@@ -398,6 +408,7 @@ const DeviceRopeTable& rope_table(std::vector<std::unique_ptr<DeviceRopeTable>>&
   // A table replaced or evicted is freed only after the device is idle (queued kernels read it).
   const bool freeing = cached != cache.end() || cache.size() >= kKeptTables;
   if (freeing) ZT_CUDA_CHECK(cudaDeviceSynchronize());
+  if (freeing) note_own_buffer_moved();
   if (cached != cache.end())
     cache.erase(cached);
   else if (cache.size() >= kKeptTables)

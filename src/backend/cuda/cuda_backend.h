@@ -199,6 +199,10 @@ class CudaBackend final : public Backend {
   // The arena's three regions plus cuDNN's workspace (taken by prepare_fused_attention, or at a
   // fused attention's first call without it).
   int64_t scratch_bytes() const override;
+  // A CUDA graph of what `work` issues on the stream (cuda_graph_capture.h).
+  std::unique_ptr<CapturedWork> capture(const std::function<void()>& work,
+                                        std::string& why_not) override;
+  uint64_t own_buffers_moved() const override;
   // CUDA events on the stream (cuda_event_timeline.h).
   PhaseTimeline& timeline() override;
   // CUPTI's activity records (cupti_kernel_profiler.h); refused on a build without CUPTI.

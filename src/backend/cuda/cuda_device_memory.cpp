@@ -98,7 +98,17 @@ std::string CudaDeviceMemory::out_of_memory(size_t bytes, MemCategory category) 
          "checkpointing, a higher ZeRO stage and CPU offload lower it too";
 }
 
+void CudaDeviceMemory::refuse_while_recorded(const char* what) const {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  ZT_CUDA_CHECK(cudaStreamIsCapturing(as_stream(stream_), &status));
+  if (status != cudaStreamCaptureStatusNone)
+    throw Error(std::string("CUDA device memory: ") + what +
+                " while the stream is recorded as a CUDA graph (a replay would use its address "
+                "after it is gone)");
+}
+
 void* CudaDeviceMemory::allocate(size_t bytes, MemCategory category) {
+  refuse_while_recorded("an allocation");
   const int index = static_cast<int>(category);
   Arena& a = arenas_[static_cast<size_t>(index)];
   void* p = nullptr;

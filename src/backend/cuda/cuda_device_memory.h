@@ -85,6 +85,9 @@ class CudaDeviceMemory final : public DeviceMemory {
   void* after_compute();  // the copy stream, made to wait for the work queued on stream_
   // The error of an allocation of `bytes` for `category` that the GPU cannot hold.
   std::string out_of_memory(size_t bytes, MemCategory category) const;
+  // Throws naming `what` while the stream is being recorded (Backend::capture): a replay would
+  // use an address that was not reserved for it. (allocate's; a release is a destructor's.)
+  void refuse_while_recorded(const char* what) const;
 
   void* stream_;
   void* copy_stream_ = nullptr;                   // cudaStream_t

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_attention_staging.h"
+#include "backend/cuda/cuda_graph_capture.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_storage.h"
 #include "backend/cuda/cudnn_sdpa_graphs.h"
@@ -102,6 +103,7 @@ class RaggedTable {
     }
     if (host_.size() > capacity_) {
       ZT_CUDA_CHECK(cudaStreamSynchronize(stream));  // queued graphs may still read the old one
+      note_own_buffer_moved();
       ZT_CUDA_CHECK(cudaFree(device_));
       device_ = nullptr, capacity_ = 0;
       ZT_CUDA_CHECK(cudaMalloc(&device_, host_.size()));
@@ -171,6 +173,7 @@ struct CudnnAttention::Impl {
     const auto need = static_cast<size_t>(built.workspace);
     if (need > workspace_bytes) {
       ZT_CUDA_CHECK(cudaStreamSynchronize(stream));  // queued graphs may still use the old one
+      note_own_buffer_moved();
       ZT_CUDA_CHECK(cudaFree(workspace));
       workspace = nullptr, workspace_bytes = 0;
       const cudaError_t status = cudaMalloc(&workspace, need);
