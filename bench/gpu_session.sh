@@ -71,12 +71,12 @@
 #     offload    bench_offload.py for ZT_OFFLOAD_PRESET (default 1b): no offload vs optimizer cpu
 #                (exact overlap; with bf16, then fp32 gradient copies), cpu without it and cpu with
 #                the delayed update, at grad-accum 1 and 4
-#     big        ZT_BIG_PRESET (default 6b) on one GPU with full activation checkpointing, the
-#                micro-batch from `estimate --max-micro-batch` for this GPU, >= 8192 tokens per
-#                step, lr 3e-5 after 2 warmup steps, each run's losses in the summary: stage 2
-#                with optimizer offload to cpu if the host has the memory it pins (checked
-#                first); on a GPU with >= 120 GB (or ZT_BIG_REFERENCE=1), stages 0 and 2 without
-#                offload; then ZT_OFFLOAD_PRESET at micro-batch 1 with and without optimizer
+#     big        ZT_BIG_PRESET (default 6b) on one GPU, the micro-batch from `estimate
+#                --max-micro-batch` for this GPU, >= 8192 tokens per step, lr 3e-5 after 2
+#                warmup steps, each run's losses in the summary: stage 2 with full activation
+#                checkpointing and optimizer offload to cpu if the host has the memory it pins
+#                (checked first); on a GPU with >= 120 GB (or ZT_BIG_REFERENCE=1), stages 0 and 2
+#                without offload, with ZT_BIG_CHECKPOINTING (default selective); then ZT_OFFLOAD_PRESET at micro-batch 1 with and without optimizer
 #                offload (fp32 gradient copies), whose losses must be identical
 # Every step runs under `timeout` (ZT_STEP_SECONDS, default 300; the PyTorch comparison, which
 # holds up to fifteen runs per preset, ZT_PYTORCH_SECONDS, default the same) and within the call's budget

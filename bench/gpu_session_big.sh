@@ -31,20 +31,21 @@ gpu_memory_gib() {
   [ -n "$mib" ] && echo $((mib / 1024))
 }
 
-# big_micro_batch PRESET STAGE [ESTIMATE ARGS...]: the largest micro-batch `estimate
-# --max-micro-batch` fits at that stage with full checkpointing in 90% of the GPU's memory (the
-# rest for the CUDA context and fragmentation), capped by ZT_BIG_MAX_MICRO_BATCH (default 16);
-# 1 where estimate cannot say.
+# big_micro_batch PRESET STAGE CHECKPOINTING [ESTIMATE ARGS...]: the largest micro-batch
+# `estimate --max-micro-batch` fits at that stage with that activation checkpointing in 90% of the
+# GPU's memory (the rest for the CUDA context and fragmentation), capped by ZT_BIG_MAX_MICRO_BATCH
+# (default 16); 1 where estimate cannot say.
 big_micro_batch() {
-  local preset=$1 stage=$2 gib mb cap=${ZT_BIG_MAX_MICRO_BATCH:-16}
-  shift 2
+  local preset=$1 stage=$2 checkpointing=$3 gib mb cap=${ZT_BIG_MAX_MICRO_BATCH:-16}
+  shift 3
   [ "$cap" -ge 1 ] 2>/dev/null || cap=1
   gib=$(gpu_memory_gib)
   [ -n "$gib" ] && gib=$((gib * 9 / 10))
   [ "${gib:-0}" -ge 1 ] 2>/dev/null || gib=${gib:+1}
   mb=$(timeout 60 "$B/libexec/zerotrain" estimate --preset "$preset" --world 1 \
-    --zero-stage "$stage" --seq-len "$seq" --activation-checkpointing full --backend "$backend" \
-    ${gib:+--device-memory-gib "$gib"} --max-micro-batch --json "$@" | "$python" -c 'import json, sys
+    --zero-stage "$stage" --seq-len "$seq" --activation-checkpointing "$checkpointing" \
+    --backend "$backend" ${gib:+--device-memory-gib "$gib"} --max-micro-batch --json "$@" |
+    "$python" -c 'import json, sys
 stage = int(sys.argv[1])
 rows = [r for r in json.load(sys.stdin).get("max_micro_batch", []) if r["stage"] == stage]
 print(rows[0]["micro_batch"] if rows and rows[0]["micro_batch"] else 1)' "$stage") || mb=1
@@ -52,17 +53,17 @@ print(rows[0]["micro_batch"] if rows and rows[0]["micro_batch"] else 1)' "$stage
   echo $((mb < cap ? mb : cap))
 }
 
-# big_run LABEL DIR PRESET STAGE [ARGS...]: a run with the recipe the offload spike asked for:
-# micro-batch from big_micro_batch, at least 8192 tokens per step (grad-accum), lr 3e-5 with a
-# linear warmup; its losses on one summary line.
+# big_run LABEL DIR PRESET STAGE CHECKPOINTING [ARGS...]: a run with the recipe the offload spike
+# asked for: micro-batch from big_micro_batch, at least 8192 tokens per step (grad-accum), lr 3e-5
+# with a linear warmup; its losses on one summary line.
 big_run() {
-  local label=$1 run=$2 preset=$3 stage=$4 mb accum
-  shift 4
-  mb=$(big_micro_batch "$preset" "$stage" "$@")
+  local label=$1 run=$2 preset=$3 stage=$4 checkpointing=$5 mb accum
+  shift 5
+  mb=$(big_micro_batch "$preset" "$stage" "$checkpointing" "$@")
   accum=$(((8192 + mb * seq - 1) / (mb * seq)))
   train_run "$label, micro-batch $mb x $accum" "$run" --preset "$preset" --zero-stage "$stage" \
-    --activation-checkpointing full --micro-batch "$mb" --grad-accum "$accum" --seq-len "$seq" \
-    --steps "${ZT_BIG_STEPS:-6}" --lr 3e-5 --warmup-steps 2 "$@"
+    --activation-checkpointing "$checkpointing" --micro-batch "$mb" --grad-accum "$accum" \
+    --seq-len "$seq" --steps "${ZT_BIG_STEPS:-6}" --lr 3e-5 --warmup-steps 2 "$@"
   say "$label losses: $(losses_of "$run/metrics.jsonl")"
 }
 
@@ -76,15 +77,19 @@ run_part_big() {
     --backend "$backend" | tee -a "$summary"
   if host_memory_suffices "$preset"; then
     big_run "$preset stage 2 + full checkpointing + optimizer cpu ($backend)" "$work/big" \
-      "$preset" 2 --offload-optimizer cpu
+      "$preset" 2 full --offload-optimizer cpu
   else
     say "big: skipped the offloaded run (host memory, above, leaves less than 8 GiB spare)"
   fi
   if [ "${ZT_BIG_REFERENCE:-0}" = 1 ] || [ "$(gpu_memory_gib)" -ge 120 ] 2>/dev/null; then
-    # An H200 (141 GB), not an H100 (80 GB): 6b's states alone are about 100 GiB.
+    # An H200 (141 GB), not an H100 (80 GB): 6b's states alone are about 100 GiB. Selective
+    # checkpointing (ZT_BIG_CHECKPOINTING): MFU leaves recompute out, and full checkpointing's
+    # extra forward would cap it at about 3/4 of the device's rate; on 125 GiB the estimate fits
+    # 4 sequences of 2048 at stage 0 with it (3 without any, 21 with full).
+    local checkpointing=${ZT_BIG_CHECKPOINTING:-selective}
     for stage in 0 2; do
-      big_run "$preset stage $stage + full checkpointing, no offload ($backend)" \
-        "$work/big_s$stage" "$preset" "$stage"
+      big_run "$preset stage $stage + $checkpointing checkpointing, no offload ($backend)" \
+        "$work/big_s$stage" "$preset" "$stage" "$checkpointing"
     done
   fi
   # fp32 gradient copies: the bitwise mode (auto would copy in bf16 on a GPU: other losses).

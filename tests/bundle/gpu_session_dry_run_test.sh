@@ -102,9 +102,9 @@ wants=('^preflight: ldd finds every library of the bundle' '^commit: [0-9a-f]{40
   '^host copy bandwidth: ' '^big: host memory needed'
   '^best tokens/s: off [0-9.]+, on [0-9.]+; on/off [0-9.]+'
   'tiny stage 2 \+ full checkpointing \+ optimizer cpu \(cpu\), micro-batch 2 x 128: [0-9]* tokens/s'
-  'tiny stage 0 \+ full checkpointing, no offload \(cpu\), micro-batch 2 x 128: [0-9]* tokens/s'
-  'tiny stage 2 \+ full checkpointing, no offload \(cpu\), micro-batch 2 x 128: [0-9]* tokens/s'
-  'tiny stage 0 \+ full checkpointing, no offload \(cpu\) losses: [0-9.e+-]+ [0-9.e+-]+$'
+  'tiny stage 0 \+ selective checkpointing, no offload \(cpu\), micro-batch 2 x 128: [0-9]* tokens/s'
+  'tiny stage 2 \+ selective checkpointing, no offload \(cpu\), micro-batch 2 x 128: [0-9]* tokens/s'
+  'tiny stage 0 \+ selective checkpointing, no offload \(cpu\) losses: [0-9.e+-]+ [0-9.e+-]+$'
   '^big: tiny micro-batch 1 with and without optimizer offload: losses identical \('
   'tiny stage 3 \+ selective checkpointing defaults cpu: [0-9]* tokens/s'
   '^profile: skipped \(the kernel profiler needs the CUDA backend\)')
