@@ -50,21 +50,26 @@ def sets_option(zerotrain_args, option):
     return any(a.split("=")[0] == option for a in zerotrain_args)
 
 
+# A row's options that add a train option, and the option each adds.
+ROW_FLAGS = {"nondeterministic": ["--deterministic", "false"], "graphs": ["--cuda-graphs", "on"]}
+
+
 def row_parts(row, zerotrain_args=()):
     """A zerotrain row's --attention value and its options: "bf16" (--activations bf16, with a
-    named attention: without one the row runs the backend's default activations) and
-    "nondeterministic" (--deterministic false, which --zerotrain-arg must not set too).
-    ValueError naming the row otherwise."""
+    named attention: without one the row runs the backend's default activations),
+    "nondeterministic" (--deterministic false) and "graphs" (--cuda-graphs on), neither of which
+    --zerotrain-arg may set too. ValueError naming the row otherwise."""
     attention, *options = row.split("+")
-    unknown = set(options) - {"bf16", "nondeterministic"}
+    unknown = set(options) - {"bf16"} - set(ROW_FLAGS)
     if unknown:
         raise ValueError(f"zerotrain row {row!r}: unknown {sorted(unknown)} "
-                         "(rows are ATTENTION[+bf16][+nondeterministic])")
+                         "(rows are ATTENTION[+bf16][+nondeterministic][+graphs])")
     if "bf16" in options and not attention:
         raise ValueError(f"zerotrain row {row!r}: +bf16 needs an attention (e.g. fused+bf16); "
                          "the defaults' row runs the backend's own activations")
-    if "nondeterministic" in options and sets_option(zerotrain_args, "--deterministic"):
-        raise ValueError(f"zerotrain row {row!r}: --zerotrain-arg sets --deterministic already")
+    for option, flag in ROW_FLAGS.items():
+        if option in options and sets_option(zerotrain_args, flag[0]):
+            raise ValueError(f"zerotrain row {row!r}: --zerotrain-arg sets {flag[0]} already")
     return attention, options
 
 
@@ -72,15 +77,16 @@ def zerotrain_command(args, data, out, row):
     """The train command of a zerotrain row: an --attention value, optionally with "+bf16" for
     --activations bf16 (e.g. "fused+bf16"); without it the row runs --activations fp32. An empty
     --attention runs zerotrain's defaults. "+nondeterministic" adds --deterministic false (e.g.
-    "+nondeterministic": the defaults so). ValueError for a row row_parts refuses."""
+    "+nondeterministic": the defaults so), "+graphs" --cuda-graphs on. ValueError for a row
+    row_parts refuses."""
     attention, options = row_parts(row, args.zerotrain_arg)
     activations = "bf16" if "bf16" in options else ""
     cmd = [args.zerotrain, "train", "--backend", args.backend, "--preset", args.preset,
            "--data", data, "--out", out, "--steps", str(args.steps),
            "--micro-batch", str(args.micro_batch), "--seq-len", str(args.seq_len),
            "--comm-timeout", "60", "--log-every", "1", "--seed", "1"] + args.zerotrain_arg
-    if "nondeterministic" in options:
-        cmd += ["--deterministic", "false"]
+    for option in options:
+        cmd += ROW_FLAGS.get(option, [])
     if attention:
         cmd += ["--attention", attention]
         # --zerotrain-arg's own choice stands (--activations X or --activations=X).
@@ -321,7 +327,8 @@ def parse_arguments(argv=None):
     p.add_argument("--attentions", default="",
                    help="zerotrain rows, one per --attention value, each optionally with "
                         "+bf16 for --activations bf16 (e.g. gemm,fused,fused+bf16) and "
-                        "+nondeterministic for --deterministic false; an empty --attention is "
+                        "+nondeterministic for --deterministic false and +graphs for "
+                        "--cuda-graphs on; an empty --attention is "
                         "zerotrain's defaults (e.g. ,gemm,+nondeterministic); default: the "
                         "defaults' row alone")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak per GPU")

@@ -21,7 +21,7 @@
 #             call 1  preflight,tests,train,profile   ZT_CALL_SECONDS=520 ZT_STEP_SECONDS=120
 #             call 2  pytorch                          ZT_PRESETS=1b ZT_PYTORCH_PRESET=1b
 #                                                      ZT_STEP_SECONDS=330
-#                                                      ZT_PYTORCH_ROWS=,+nondeterministic
+#                                                      ZT_PYTORCH_ROWS=,+nondeterministic,+graphs
 #             call 3  offload,masking, then big (an H200 adds the no-offload 6b runs), then
 #                     sanitize if time is left
 #           calls issued within the 30 s the machine stays warm. A start costs about 40 s
@@ -62,8 +62,8 @@
 #                in alternating order, medians, beside zerotrain on the same GPU; zerotrain's
 #                rows are ZT_PYTORCH_ROWS (bench_gpu_vs_pytorch's
 #                --attentions; on CUDA by default its defaults and the same with
-#                --deterministic false, and GEMM, fused and fused + bf16 unless the train part
-#                times them in the same call)
+#                --deterministic false and with --cuda-graphs on, and GEMM, fused and fused +
+#                bf16 unless the train part times them in the same call)
 #     masking    bench_document_masking.py for ZT_MASKING_PRESET (default 1b): tokens/s with document
 #                masks on and off, on the fused and on the GEMM attention (named: auto keeps
 #                masks on gemm until the fused path is validated, docs/gpu.md), on packed
@@ -394,16 +394,16 @@ train_run() {  # train_run LABEL OUTDIR ARGS...
   cp "$run"/metrics.jsonl "$run"/run.json "$evidence/runs/$(basename "$run")/" 2>/dev/null
 }
 
-# zerotrain's rows beside PyTorch: on CUDA its defaults and the same with --deterministic false,
-# and the other attention paths too unless the train part times them in the same call; on the
-# CPU the GEMM path both ways.
+# zerotrain's rows beside PyTorch: on CUDA its defaults and the same with --deterministic false
+# and with --cuda-graphs on, and the other attention paths too unless the train part times them in
+# the same call; on the CPU the GEMM path both ways.
 default_pytorch_rows() {
   if [ "$backend" != cuda ]; then
     echo gemm,gemm+bf16
   elif [[ ",$parts," == *,train,* ]]; then
-    echo ,+nondeterministic
+    echo ,+nondeterministic,+graphs
   else
-    echo ,gemm,fused,fused+bf16,+nondeterministic
+    echo ,gemm,fused,fused+bf16,+nondeterministic,+graphs
   fi
 }
 

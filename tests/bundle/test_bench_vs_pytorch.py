@@ -50,6 +50,8 @@ def check_helpers(bench):
 
     check("--deterministic false" in command("+nondeterministic") and
           "--attention" not in command("+nondeterministic"), command("+nondeterministic"))
+    check(command("+graphs").endswith("--cuda-graphs on") and
+          "--attention" not in command("+graphs"), command("+graphs"))
     check(command("fused+bf16").endswith("--attention fused --activations bf16"),
           command("fused+bf16"))
     check(command("gemm").endswith("--attention gemm --activations fp32") and
@@ -66,13 +68,20 @@ def check_helpers(bench):
         check(False, "+nondeterministic accepted beside --zerotrain-arg --deterministic")
     except ValueError as e:
         check("sets --deterministic already" in str(e), str(e))
+    graphs = bench.parse_arguments(["--zerotrain", "zt", "--zerotrain-arg=--cuda-graphs=off"])
+    try:
+        bench.zerotrain_command(graphs, "d.h5", "out", "+graphs")
+        check(False, "+graphs accepted beside --zerotrain-arg --cuda-graphs")
+    except ValueError as e:
+        check("sets --cuda-graphs already" in str(e), str(e))
     # The rows are checked as the command line is read, before anything runs.
     refused = subprocess.run([sys.executable, bench.__file__, "--zerotrain", "zt",
                               "--attentions", ",gemm+fp8"], capture_output=True, text=True)
     check(refused.returncode == 2 and "--attentions: zerotrain row 'gemm+fp8'" in refused.stderr,
           f"exit {refused.returncode}: {refused.stderr}")
-    print("ok   zerotrain rows: +bf16, +nondeterministic; unknown options, +bf16 without an "
-          "attention and a second --deterministic refused, the rows as the command line is read")
+    print("ok   zerotrain rows: +bf16, +nondeterministic, +graphs; unknown options, +bf16 "
+          "without an attention and a second --deterministic or --cuda-graphs refused, the rows "
+          "as the command line is read")
 
 
 def check_run(bench, zt, work):
