@@ -247,10 +247,12 @@ class Backend {
   // dlogits may alias logits (computed in place, same storage type). A target kIgnoredTarget
   // (util/ignored_target.h) gives losses[m] = 0 and a zero dlogits row. softcap c > 0: the logits
   // are soft-capped ones, s = c·tanh(z/c) (softcap_inplace), and dlogits is the gradient with
-  // respect to the raw z: each element times 1 − (s/c)².
+  // respect to the raw z: each element times 1 − (s/c)². grad_scale_factor, where given: one
+  // float in device memory that multiplies grad_scale (grad_scale·factor, rounded once), read
+  // when the op runs, so that a replayed recording (capture) reads the value of its replay.
   virtual void cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
                              const int32_t* targets, int64_t M, int64_t V, float grad_scale,
-                             float softcap = 0.0f) = 0;
+                             float softcap = 0.0f, const float* grad_scale_factor = nullptr) = 0;
   // y = c·tanh(y/c) elementwise, in place, read widened and rounded once (Gemma 2's
   // final_logit_softcapping on the logits).
   virtual void softcap_inplace(TensorView y, float c, int64_t n) = 0;

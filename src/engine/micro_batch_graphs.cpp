@@ -1,17 +1,9 @@
 #include "engine/micro_batch_graphs.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 namespace zt {
-
-MicroBatchGraphs::Key MicroBatchGraphs::key_of(bool first, float grad_scale) {
-  Key key;
-  key.first = first;
-  std::memcpy(&key.grad_scale_bits, &grad_scale, sizeof(grad_scale));
-  return key;
-}
 
 MicroBatchGraphs::MicroBatchGraphs(Backend& backend, std::string why_not)
     : be_(backend), moves_seen_(backend.own_buffers_moved()) {
@@ -35,11 +27,6 @@ MicroBatchGraphs::Pair& MicroBatchGraphs::pair_for(const Key& key, bool& is_new)
       std::find_if(pairs_.begin(), pairs_.end(), [&](const Pair& p) { return p.key == key; });
   is_new = found == pairs_.end();
   if (!is_new) return *found;
-  if (pairs_.size() >= kMaxKeys) {
-    const auto unrecorded =
-        std::find_if(pairs_.begin(), pairs_.end(), [](const Pair& p) { return !p.forward; });
-    pairs_.erase(unrecorded != pairs_.end() ? unrecorded : pairs_.begin());
-  }
   pairs_.push_back(Pair{key, nullptr, nullptr});
   return pairs_.back();
 }

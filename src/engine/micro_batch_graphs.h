@@ -6,12 +6,14 @@
 // A replay computes what the pass would compute op by op, bit for bit, only where every op gets
 // the same pointers and scalars. The engine uses graphs only where nothing but the tokens (which
 // it uploads before the pass, to the same buffer) changes from one micro-batch to the next
-// (ZeroEngine's why_no_graphs: one rank at stage 0, no offload, no LoRA, ...). Here each pair of
-// recordings is keyed by what does change: whether the micro-batch is its step's first (which
-// overwrites the gradients; later ones add to them) and the cross-entropy's factor (loss scale
-// over the step's counted targets, which loss masks and fp16's scale change). A micro-batch with
-// document masks runs op by op (its attention calls depend on the documents). Every recording is
-// dropped when a backend moves a buffer of its own (Backend::own_buffers_moved).
+// (ZeroEngine's why_no_graphs: one rank at stage 0, no offload, no LoRA, ...). The cross-entropy's
+// factor (loss scale over the step's counted targets, which loss masks and fp16's scale change)
+// is such a value: the model uploads it beside the tokens and the kernel reads it there
+// (LlamaModel::set_loss_gradient_scale). Here each pair of recordings is keyed by what does
+// change: whether the micro-batch is its step's first (which overwrites the gradients; later ones
+// add to them). A micro-batch with document masks runs op by op (its attention calls depend on
+// the documents). Every recording is dropped when a backend moves a buffer of its own
+// (Backend::own_buffers_moved).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -26,11 +28,9 @@ namespace zt {
 class MicroBatchGraphs {
  public:
   struct Key {
-    bool first = false;            // the step's first micro-batch: GradWrite::kAssign
-    uint32_t grad_scale_bits = 0;  // the cross-entropy's factor, as its float's bits
+    bool first = false;  // the step's first micro-batch: GradWrite::kAssign
     bool operator==(const Key&) const = default;
   };
-  static Key key_of(bool first, float grad_scale);
 
   // What the run did (run.json's "cuda_graphs").
   struct Report {
@@ -63,12 +63,11 @@ class MicroBatchGraphs {
     Key key;
     std::unique_ptr<CapturedWork> forward, backward;  // null until recorded
   };
-  // The key's pair, made if new (the oldest unrecorded key gives way beyond kMaxKeys).
+  // The key's pair, made if new.
   Pair& pair_for(const Key& key, bool& is_new);
   bool record(Pair& pair, const Pass& forward, const Pass& backward);
   void drop_if_buffers_moved();
 
-  static constexpr size_t kMaxKeys = 8;
   Backend& be_;
   Report report_;
   std::vector<Pair> pairs_;  // in order of first sighting

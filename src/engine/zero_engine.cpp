@@ -169,8 +169,7 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
   const auto forward = [&] { forward_units(grad_scale); };
   const auto backward = [&] { backward_units(micro_batch, last); };
   if (graphs) {  // op by op where they are off, counted in their report
-    graphs->run(MicroBatchGraphs::key_of(micro_batch == 0, grad_scale), document_masks, forward,
-                backward, timed);
+    graphs->run(MicroBatchGraphs::Key{micro_batch == 0}, document_masks, forward, backward, timed);
     return;
   }
   timed(false, forward);
@@ -459,6 +458,7 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
     model_.set_batch(inputs[static_cast<size_t>(m)], targets[static_cast<size_t>(m)],
                      doc_starts.empty() ? nullptr : doc_starts[static_cast<size_t>(m)]);
     model_.set_batch_position(((step - 1) * G + (m * I.world + I.rank) * B) * T);
+    model_.set_loss_gradient_scale(grad_scale);  // before the passes, which may be recorded
     if (I.invariant()) I.leaf = I.micro_batch_sum->next_leaf();
     I.run_micro_batch(m, m == accum - 1, grad_scale,
                       !doc_starts.empty() && doc_starts[static_cast<size_t>(m)] != nullptr);

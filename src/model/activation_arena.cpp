@@ -222,7 +222,7 @@ ActivationPlan ActivationPlan::make(const ModelConfig& c, int64_t B, int64_t T,
   ActivationTensors counted;
   ActivationPlan plan =
       carve_activation_arena(c, B, T, ac, chunk, storage, nullptr, nullptr, counted);
-  plan.token_bytes = 4 * B * T * static_cast<int64_t>(sizeof(int32_t));
+  plan.token_bytes = (4 * B * T + 1) * static_cast<int64_t>(sizeof(int32_t));
   return plan;
 }
 

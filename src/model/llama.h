@@ -83,7 +83,7 @@ struct ActivationPlan {
   int64_t head = 0;  // final-norm output, rstd, one chunk of logits/dlogits, per-token losses
   int64_t grad_scratch = 0;  // backward temporaries (forward_only: LoRA's product alone)
   int64_t token_bytes = 0;   // outside the arena: int32 inputs, targets, document starts and
-                             // the embedding gradient's ids
+                             // the embedding gradient's ids, and the loss gradient's scale
   int64_t device_bytes() const { return residual + layer_saved + head + grad_scratch; }
   // head_chunk_rows: rows of logits at a time (0: head_rows_per_chunk); storage: kFloat32 or
   // kBf16, the type of every activation except the statistics.
@@ -149,6 +149,11 @@ class LlamaModel {
   // doc_start: the micro-batch's document masks ([B, T], backend.h), or null for plain causal
   // attention and positions 0..T−1.
   void set_batch(const int32_t* inputs, const int32_t* targets, const int32_t* doc_start = nullptr);
+  // The loss gradient's scale of the training forwards to come (their grad_scale) into device
+  // memory, where the head's backward reads it when it runs: an upload (a host copy) when it
+  // changes, none otherwise. A training head forward calls it with its grad_scale; a caller that
+  // records the passes (engine/micro_batch_graphs.h) calls it before them, so that none does.
+  void set_loss_gradient_scale(float grad_scale);
 
   // Runs group g's forward. For the head group without training it computes the per-token
   // losses. Training fuses the head's linear and cross-entropy with their backward: the forward
@@ -283,8 +288,14 @@ class LlamaModel {
   TrackedBuffer<std::byte> arena_;
   TrackedBuffer<std::byte> host_arena_;
   // inputs, targets, document starts, then the inputs the embedding's gradient adds (the
-  // padding token as -1): 4·M
+  // padding token as -1): 4·M; then one float, the loss gradient's scale
+  // (set_loss_gradient_scale), which the cross-entropy reads from there when it runs.
   TrackedBuffer<int32_t> tokens_;
+  const float* loss_gradient_scale() const {
+    return reinterpret_cast<const float*>(tokens_.data() + 4 * M_);
+  }
+  uint32_t uploaded_scale_bits_ = 0;  // the scale's bits there (valid once scale_uploaded_)
+  bool scale_uploaded_ = false;
   bool document_masks_ = false;  // whether the current micro-batch has document starts
   const int32_t* document_starts() const {
     return document_masks_ ? tokens_.data() + 2 * M_ : nullptr;

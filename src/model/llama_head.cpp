@@ -2,6 +2,7 @@
 // cross-entropy, a chunk of rows at a time, with the training path's fused backward; and the
 // per-token losses and logits it leaves.
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,7 @@ void LlamaModel::head_forward(ConstTensorView params, ConstTensorView embedding,
   be_.rmsnorm_forward(t_.final_norm_out, t_.final_rstd, t_.resid.back(), norm, M_, D,
                       static_cast<float>(config_.rms_norm_eps), config_.norm_weight_offset);
   head_grad_scale_ = grad_scale;
+  if (training) set_loss_gradient_scale(grad_scale);
   head_pending_ = training;
   head_evaluated_ = !training;
   if (training) return;  // the chunks run in head_backward, once
@@ -82,9 +84,10 @@ void LlamaModel::head_backward(ConstTensorView params, float* grads, ConstTensor
   for (int64_t r0 = 0; r0 < M_; r0 += head_chunk_) {
     const int64_t rows = std::min(head_chunk_, M_ - r0);
     head_logits(head, r0, rows);
-    // Granite's logits/s: dlogits_raw = dlogits/s, folded into the cross-entropy's factor.
+    // Granite's logits/s: dlogits_raw = dlogits/s, folded into the cross-entropy's factor,
+    // logits_factor · grad_scale, the latter read from device memory (set_loss_gradient_scale).
     be_.cross_entropy(t_.losses + r0, t_.logits, t_.logits, tokens_.data() + M_ + r0, rows, V,
-                      head_grad_scale_ * config_.logits_factor(), config_.final_logit_softcap);
+                      config_.logits_factor(), config_.final_logit_softcap, loss_gradient_scale());
     be_.matmul_backward(t_.dxn.at(r0 * D), head_grads, t_.logits, t_.final_norm_out.at(r0 * D),
                         head, rows, V, D, false, r0 == 0 ? first_chunk_write : GradWrite::kAdd);
   }
@@ -93,6 +96,15 @@ void LlamaModel::head_backward(ConstTensorView params, float* grads, ConstTensor
   float* norm_grads = trainable_.trains(layout_.index_of(norm_t)) ? grads + norm_t.offset : nullptr;
   be_.rmsnorm_backward(t_.dresid, norm_grads, t_.dxn, t_.resid.back(), params.at(norm_t.offset),
                        t_.final_rstd, M_, D, config_.norm_weight_offset, write);
+}
+
+void LlamaModel::set_loss_gradient_scale(float grad_scale) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &grad_scale, sizeof(bits));
+  if (scale_uploaded_ && bits == uploaded_scale_bits_) return;
+  be_.device_memory().to_device(tokens_.data() + 4 * M_, &grad_scale, sizeof(grad_scale));
+  uploaded_scale_bits_ = bits;
+  scale_uploaded_ = true;
 }
 
 double sum_token_losses(const float* losses, int64_t n) {

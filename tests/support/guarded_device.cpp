@@ -342,13 +342,15 @@ class GuardedBackend final : public Backend {
   }
   void cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
                      const int32_t* targets, int64_t M, int64_t V, float grad_scale,
-                     float softcap = 0.0f) override {
+                     float softcap = 0.0f, const float* grad_scale_factor = nullptr) override {
     need(losses, M, "cross_entropy losses");
     need(dlogits, M * V, "cross_entropy dlogits");
     need(logits, M * V, "cross_entropy logits");
+    need(grad_scale_factor, 1, "cross_entropy grad_scale_factor");
     mem_.require_device(targets, bytes_of(M, sizeof(int32_t)), "cross_entropy targets");
     issue([=, this] {
-      be_.cross_entropy(losses, dlogits, logits, targets, M, V, grad_scale, softcap);
+      be_.cross_entropy(losses, dlogits, logits, targets, M, V, grad_scale, softcap,
+                        grad_scale_factor);
     });
   }
   void softcap_inplace(TensorView y, float c, int64_t n) override {

@@ -274,7 +274,8 @@ TEST(ActivationStorage, Bf16ArenaIsWhatThePlanAndTheEstimateSay) {
   EXPECT_LT(bf16.device_bytes(), f32.device_bytes() * 53 / 100);
   EXPECT_GT(bf16.device_bytes(), f32.device_bytes() / 2);
   const StorageRun a = train_one(c, B, T, DType::kBf16);
-  const int64_t tokens_bytes = 4 * B * T * 4;  // inputs, targets, document starts, grad ids
+  // inputs, targets, document starts, grad ids, and the loss gradient's scale
+  const int64_t tokens_bytes = (4 * B * T + 1) * 4;
   EXPECT_EQ(a.activation_bytes, bf16.device_bytes() + tokens_bytes);
   EngineSpec bf16_activations = engine_spec_for(c, ZeroConfig{}, B, T);
   bf16_activations.activation_storage = DType::kBf16;

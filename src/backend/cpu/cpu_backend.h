@@ -92,7 +92,7 @@ class CpuBackend final : public Backend {
 
   void cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
                      const int32_t* targets, int64_t M, int64_t V, float grad_scale,
-                     float softcap = 0.0f) override;
+                     float softcap = 0.0f, const float* grad_scale_factor = nullptr) override;
   void softcap_inplace(TensorView y, float c, int64_t n) override;
 
   void adamw(float* master, float* m, float* v, const float* grad, bf16_t* param_bf16,

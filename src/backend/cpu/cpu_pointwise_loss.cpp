@@ -201,7 +201,8 @@ float cross_entropy_row(const float* row, float* drow, int32_t target, int64_t V
 // exactly as they would, so the bits are the same.
 void CpuBackend::cross_entropy(float* losses, TensorView dlogits_view, ConstTensorView logits_view,
                                const int32_t* targets, int64_t M, int64_t V, float grad_scale,
-                               float softcap) {
+                               float softcap, const float* grad_scale_factor) {
+  if (grad_scale_factor) grad_scale *= *grad_scale_factor;
   for (int64_t m = 0; m < M; ++m)
     ZT_CHECK(targets[m] == kIgnoredTarget || (targets[m] >= 0 && targets[m] < V),
              "cross_entropy: target " + std::to_string(targets[m]) + " at position " +

@@ -57,9 +57,9 @@ void CudaBackend::embedding_backward(float* dtable, ConstTensorView dx, const in
 
 void CudaBackend::cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
                                 const int32_t* targets, int64_t M, int64_t V, float grad_scale,
-                                float softcap) {
+                                float softcap, const float* grad_scale_factor) {
   launch_cross_entropy(losses, dlogits, logits, targets, M, V, grad_scale, softcap,
-                       stream_of(*this));
+                       grad_scale_factor, stream_of(*this));
 }
 
 void CudaBackend::softcap_inplace(TensorView y, float c, int64_t n) {

@@ -136,10 +136,11 @@ __device__ __forceinline__ MaxSum group_max_sum(const float (&v)[kChunk]) {
 // target a NaN loss and a NaN dlogits row. softcap c > 0: x holds soft-capped logits
 // s = c·tanh(z/c), and each dlogits element is also multiplied by 1 − (s/c)² (the gradient with
 // respect to z). chunked: every row starts at a 16-byte boundary and V is whole chunks.
+// scale_factor: null, or a device float grad_scale is multiplied by (rounded once, as the CPU).
 template <typename A>
 __global__ void cross_entropy_kernel(float* losses, A* dlogits, const A* logits,
                                      const int32_t* targets, int64_t V, float grad_scale,
-                                     float softcap, bool chunked) {
+                                     const float* scale_factor, float softcap, bool chunked) {
   const int64_t row = blockIdx.x;
   const A* x = logits + row * V;
   const int32_t target = targets[row];
@@ -174,6 +175,7 @@ __global__ void cross_entropy_kernel(float* losses, A* dlogits, const A* logits,
   }
   if (dlogits == nullptr) return;
   A* dx = dlogits + row * V;
+  if (scale_factor != nullptr) grad_scale = __fmul_rn(grad_scale, *scale_factor);
   const float factor = static_cast<float>(static_cast<double>(grad_scale) / total.sum);
   const auto dlogit = [&](float s, int64_t j) {
     // The product and the difference rounded apart, as the CPU's two passes round them (nvcc
@@ -199,13 +201,14 @@ __global__ void cross_entropy_kernel(float* losses, A* dlogits, const A* logits,
 
 void launch_cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
                           const int32_t* targets, int64_t M, int64_t V, float grad_scale,
-                          float softcap, cudaStream_t stream) {
+                          float softcap, const float* grad_scale_factor, cudaStream_t stream) {
   if (M == 0) return;
   const bool chunked = chunked_rows(V, {dlogits.data, logits.data});
   with_storage(shared_storage("cross_entropy", {dlogits, logits}), "cross_entropy", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
     cross_entropy_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
-        losses, typed<A>(dlogits), typed<A>(logits), targets, V, grad_scale, softcap, chunked);
+        losses, typed<A>(dlogits), typed<A>(logits), targets, V, grad_scale, grad_scale_factor,
+        softcap, chunked);
   });
   ZT_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
 }

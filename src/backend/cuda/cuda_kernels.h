@@ -72,10 +72,11 @@ void launch_dropout(TensorView y, ConstTensorView x, int64_t n, uint64_t first_e
                     uint64_t stream_key, cudaStream_t stream);
 
 // ---- cuda_cross_entropy.cu ----
-// dlogits may alias logits (then both have its type).
+// dlogits may alias logits (then both have its type). grad_scale_factor: null, or a device float
+// that multiplies grad_scale, read by the kernel (Backend::cross_entropy).
 void launch_cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
                           const int32_t* targets, int64_t M, int64_t V, float grad_scale,
-                          float softcap, cudaStream_t stream);
+                          float softcap, const float* grad_scale_factor, cudaStream_t stream);
 
 // ---- cuda_embedding_sort.cu ----
 // The embedding backward over positions sorted by id (CUB's radix sort), the CPU's order: the same
