@@ -25,6 +25,22 @@ same_bits_row() {
   cp "$run/report.json" "$evidence/runs/$(basename "$run")/" 2>/dev/null
 }
 
+# graphs_line LABEL REPORT: report.json's cuda_graphs on one summary line (whether they ran, and
+# why not; micro-batches replayed and op by op).
+graphs_line() {
+  local line
+  line=$("$python" -c 'import json, sys
+g = json.load(open(sys.argv[1])).get("cuda_graphs")
+if g is None:
+    print("no cuda_graphs in report.json")
+else:
+    state = "on" if g["on"] else "off (%s)" % g["off_reason"]
+    print("%s; %d micro-batches replayed, %d op by op, %d recorded, %d dropped" % (
+        state, g["replayed_micro_batches"], g["eager_micro_batches"], g["recorded"],
+        g["dropped"]))' "$2" 2>/dev/null) || line="no report.json"
+  say "$1: graphs $line"
+}
+
 run_part_train() {
   local preset
   for preset in ${ZT_PRESETS:-125m 1b}; do
@@ -43,6 +59,7 @@ run_part_train() {
       # Each micro-batch's passes recorded once and replayed (issue 43's "CUDA graphs where
       # launches show up"): report.json's cuda_graphs (on, and micro-batches replayed).
       same_bits_row "$preset" graphs "--cuda-graphs on" --cuda-graphs on
+      graphs_line "$preset --cuda-graphs on" "$work/train_${preset}_s0_graphs/report.json"
       # --deterministic false (cuDNN's attention backward with atomic dQ, no dP workspace) beside
       # the defaults: tokens/s and peak memory; the losses differ in their low bits.
       train_run "$preset stage 0 defaults, --deterministic false $backend" \
