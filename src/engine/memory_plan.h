@@ -50,7 +50,8 @@ enum class BufferRole : int {
   kGatheredParams,     // stage 3: the gathered groups held at once
   kStagedShards,       // stage 3 param offload: device copies of the shards being gathered
   kActivationArena,    // the model's activation arena
-  kTokens,             // the model's int32 inputs, targets and document starts
+  kTokens,             // the model's int32 inputs, targets, document starts and embedding
+                       // gradient ids, and the loss gradient's scale
   kHostResiduals,      // CPU checkpointing: the checkpointed layers' inputs
   kGradCopyStaging,    // optimizer offload, bf16 copies: a shard rounded on the device (two)
   kHostGradients,      // optimizer offload: a group's gradient shard on the host (fp32 or bf16)

@@ -280,11 +280,10 @@ class LlamaModel {
   Backend& be_;
   int64_t B_, T_, M_;
   ActivationCheckpointing ac_;
-  int64_t head_chunk_;            // rows of logits at a time
-  DType storage_;                 // of the activations
-  float head_grad_scale_ = 0.0f;  // of the last training head forward
-  bool head_pending_ = false;     // a training head forward whose backward has not run yet
-  bool head_evaluated_ = false;   // the last head pass was an evaluation (its logits are kept)
+  int64_t head_chunk_;           // rows of logits at a time
+  DType storage_;                // of the activations
+  bool head_pending_ = false;    // a training head forward whose backward has not run yet
+  bool head_evaluated_ = false;  // the last head pass was an evaluation (its logits are kept)
   TrackedBuffer<std::byte> arena_;
   TrackedBuffer<std::byte> host_arena_;
   // inputs, targets, document starts, then the inputs the embedding's gradient adds (the

@@ -50,7 +50,6 @@ void LlamaModel::head_forward(ConstTensorView params, ConstTensorView embedding,
   const ConstTensorView head = head_weight(layout_, params, embedding);
   be_.rmsnorm_forward(t_.final_norm_out, t_.final_rstd, t_.resid.back(), norm, M_, D,
                       static_cast<float>(config_.rms_norm_eps), config_.norm_weight_offset);
-  head_grad_scale_ = grad_scale;
   if (training) set_loss_gradient_scale(grad_scale);
   head_pending_ = training;
   head_evaluated_ = !training;

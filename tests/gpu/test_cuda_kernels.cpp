@@ -165,12 +165,15 @@ TEST_F(CudaKernels, CrossEntropyLossAndGradient) {
     gpu_->cross_entropy(d_losses.get(), d_inplace.get(), d_inplace.get(), d_targets.get(), M, V,
                         0.5f);
     EXPECT_TRUE(bitwise_equal(d_inplace.download(), d_dlogits.download(), "in-place dlogits"));
-    // The scale as a factor in device memory, read by the kernel (micro-batch graphs): 2 · 0.25
-    // is 0.5 exactly, so the same bits as 0.5 by value.
-    DeviceBuffer<float> d_factor(std::vector<float>{0.25f}), d_scaled(M * V);
-    gpu_->cross_entropy(d_losses.get(), d_scaled.get(), d_logits.get(), d_targets.get(), M, V, 2.0f,
+    // The scale as a factor in device memory, read by the kernel (micro-batch graphs): the same
+    // bits as their fp32 product by value (0.1 · 1/3, rounded once).
+    const float a = 0.1f, b = 1.0f / 3.0f;
+    DeviceBuffer<float> d_factor(std::vector<float>{b}), d_scaled(M * V), d_by_value(M * V);
+    gpu_->cross_entropy(d_losses.get(), d_by_value.get(), d_logits.get(), d_targets.get(), M, V,
+                        a * b);
+    gpu_->cross_entropy(d_losses.get(), d_scaled.get(), d_logits.get(), d_targets.get(), M, V, a,
                         0.0f, d_factor.get());
-    EXPECT_TRUE(bitwise_equal(d_scaled.download(), d_dlogits.download(), "a device factor"));
+    EXPECT_TRUE(bitwise_equal(d_scaled.download(), d_by_value.download(), "a device factor"));
   }
 }
 

@@ -427,17 +427,19 @@ TEST(CpuBackendForward, CrossEntropyStableAndInPlace) {
   EXPECT_EQ(in_place, dlogits);
   EXPECT_EQ(losses_in_place, losses);
   EXPECT_EQ(losses_only, losses);
-  // The scale as grad_scale times a factor read from memory when the op runs: 0.5 = 4 · 0.125
-  // exactly, the same bits; another factor, other ones.
-  std::vector<float> factored(M * V);
-  float factor = 0.125f;
-  be->cross_entropy(losses_in_place.data(), factored.data(), logits.data(), targets.data(), M, V,
-                    4.0f, 0.0f, &factor);
-  EXPECT_EQ(factored, dlogits);
-  factor = 0.25f;
-  be->cross_entropy(losses_in_place.data(), factored.data(), logits.data(), targets.data(), M, V,
-                    4.0f, 0.0f, &factor);
-  EXPECT_NE(factored, dlogits);
+  // The scale as grad_scale times a factor read from memory when the op runs: the same bits as
+  // their fp32 product by value (0.1 · 1/3, rounded once); another factor, other bits.
+  const float a = 0.1f, b = 1.0f / 3.0f;
+  std::vector<float> by_value(M * V), factored(M * V);
+  be->cross_entropy(losses_in_place.data(), by_value.data(), logits.data(), targets.data(), M, V,
+                    a * b);
+  be->cross_entropy(losses_in_place.data(), factored.data(), logits.data(), targets.data(), M, V, a,
+                    0.0f, &b);
+  EXPECT_EQ(factored, by_value);
+  const float other = b * 1.5f;
+  be->cross_entropy(losses_in_place.data(), factored.data(), logits.data(), targets.data(), M, V, a,
+                    0.0f, &other);
+  EXPECT_NE(factored, by_value);
 
   const int32_t bad_target = static_cast<int32_t>(V);
   EXPECT_THROW(be->cross_entropy(losses.data(), nullptr, logits.data(), &bad_target, 1, V, 1.0f),
