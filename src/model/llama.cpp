@@ -95,6 +95,9 @@ void LlamaModel::set_batch(const int32_t* inputs, const int32_t* targets,
   be_.device_memory().to_device(tokens_.data(), all.data(), all.size() * sizeof(int32_t));
   be_.set_document_layout(doc_start, B_, T_);
   document_masks_ = doc_start != nullptr;
+  // No logits of this batch yet: a recorded training pass replayed on it runs no host code, so
+  // the flag is cleared here, where every micro-batch passes (engine/micro_batch_graphs.h).
+  head_evaluated_ = false;
 }
 
 void LlamaModel::forward_group(int g, ConstTensorView params, bool training, float grad_scale,

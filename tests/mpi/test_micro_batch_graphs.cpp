@@ -28,6 +28,7 @@
 #include "model/trainable.h"
 #include "support/engine_spec_for.h"
 #include "support/guarded_device.h"
+#include "util/error.h"
 #include "util/ignored_target.h"
 
 namespace zt {
@@ -137,8 +138,11 @@ Outcome train(const Case& c, bool graphs, Communicator& host) {
         engine.train_step(b.batch.input_ptrs, b.batch.target_ptrs, lr, step, b.counted, b.doc_ptrs);
     out.losses.push_back(stats.loss);
     out.norms.push_back(stats.grad_norm);
-    if (c.eval_between_steps)  // a forward of its own, op by op, between replays
+    if (c.eval_between_steps) {  // a forward of its own, op by op, between replays
+      // A training step keeps no logits, replayed or not (the last evaluation's are gone).
+      EXPECT_THROW(engine.model().logits(), Error) << "logits after training step " << step;
       out.losses.push_back(engine.eval_loss_sum(b.batch.input_ptrs[0], b.batch.target_ptrs[0]));
+    }
   }
   out.masters = engine_test::rank0_masters(engine);
   if (const MicroBatchGraphs::Report* report = engine.cuda_graphs_report()) out.report = *report;
