@@ -569,11 +569,11 @@ int run_training(TrainOptions o) {
     write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), in.spec,
                    device.attention_kernel, !in.resume_dir.empty());
     if (in.lock) in.lock->keep();  // the run has begun writing into --out
-    RunRecorder recorder(
-        comm, data_comm, memory,
-        {o.out, checkpointing.resume_dir().empty() ? -1 : start.step,
-         checkpointing.resumed_metrics_line(), start.tokens_seen,
-         training_flops_per_token(config, o.seq_len, in.spec.trainable), backend->name()});
+    RunRecorder recorder(comm, data_comm, memory,
+                         {o.out, checkpointing.resume_dir().empty() ? -1 : start.step,
+                          checkpointing.resumed_metrics_line(), start.tokens_seen,
+                          training_flops_per_token(config, o.seq_len, in.spec.trainable),
+                          backend->name(), o.zero.stage});
     TrainLoop loop{o, in, engine, comm, *backend, checkpointing, recorder, *profiling};
     if (run_steps(loop, start.step + 1) == kStoppedExitCode) return kStoppedExitCode;
     finish_run(engine, in, o, comm, recorder, *backend, run_clock.seconds());

@@ -95,6 +95,9 @@ nlohmann::json StepRecord::to_json() const {
   j["backend_scratch_bytes"] = backend_scratch_bytes;
   j["comm_bytes"] = comm_bytes_json(comm_bytes);
   j["offload_bytes"] = offload_bytes_json(offload_bytes());
+  j["world_size"] = world_size;
+  j["zero_stage"] = zero_stage;
+  if (first_of_process) j["first_of_process"] = true;
   // Optimizer offload: this rank's CPU AdamW, so that the host's rate is visible step by step.
   if (stats.host_adam_params > 0)
     j["host_adam"] = {
@@ -124,6 +127,14 @@ StepRecord StepRecord::from_json(const nlohmann::json& line) {
   r.tokens_per_s = number("tokens_per_s");
   r.tflops_per_device = number("tflops_per_device");
   r.flops_per_token = number("flops_per_token");
+  const auto integer = [&](const char* key, int unknown) {
+    const auto it = line.find(key);
+    return it != line.end() && it->is_number_integer() ? it->get<int>() : unknown;
+  };
+  r.world_size = integer("world_size", 0);
+  r.zero_stage = integer("zero_stage", -1);
+  const auto first = line.find("first_of_process");
+  r.first_of_process = first != line.end() && first->is_boolean() && first->get<bool>();
   const nlohmann::json comm = line.value("comm_bytes", nlohmann::json::object());
   for (size_t op = 0; op < r.comm_bytes.size(); ++op) {
     const auto it = comm.find(collective_op_name(static_cast<CollectiveOp>(op)));

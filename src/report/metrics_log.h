@@ -61,6 +61,12 @@ struct StepRecord {
   int64_t backend_scratch_bytes = 0;
   BytesByCollective comm_bytes{};
   std::optional<StepEval> eval;  // steps that --eval-every evaluates after
+  // The layout the step ran at: the data communicator's world size and the ZeRO stage (0 and -1
+  // in a line an older release wrote: unknown). A resume may change both.
+  int world_size = 0, zero_stage = -1;
+  // The first step this process ran (the run's, or a resumed part's): it pays one-time costs
+  // (page faults, thread pools, plans), so the summary's means leave it out.
+  bool first_of_process = false;
 
   OffloadBytes offload_bytes() const {
     return {stats.offload_d2h_bytes, stats.offload_h2d_bytes, stats.nvme_read_bytes,

@@ -15,6 +15,23 @@ double seconds_between(std::chrono::steady_clock::time_point a,
   return std::chrono::duration<double>(b - a).count();
 }
 
+// Adds `step` to the last entry of `layouts` when it continues it (the next step, the same
+// layout), else a new entry.
+void note_other_layout(nlohmann::json& layouts, const StepRecord& step) {
+  if (!layouts.empty()) {
+    nlohmann::json& last = layouts.back();
+    if (last.at("last_step") == step.step - 1 && last.at("world_size") == step.world_size &&
+        last.at("zero_stage") == step.zero_stage) {
+      last["last_step"] = step.step;
+      return;
+    }
+  }
+  layouts.push_back({{"first_step", step.step},
+                     {"last_step", step.step},
+                     {"world_size", step.world_size},
+                     {"zero_stage", step.zero_stage}});
+}
+
 }  // namespace
 
 std::optional<double> dense_bf16_peak_tflops(const std::string& backend_name) {
@@ -58,9 +75,16 @@ RunRecorder::RunRecorder(Communicator& host, Communicator& data, MemoryTracker& 
     if (host_.rank() != 0) return;
     metrics_ =
         MetricsLog(setup_.out_dir + "/metrics.jsonl", setup_.resume_step, setup_.resumed_line);
-    // A resumed run's report covers the whole run: the earlier steps come from the log.
-    for (const nlohmann::json& line : metrics_.earlier_steps())
-      summary_.add(StepRecord::from_json(line));
+    // A resumed run's report covers the whole run: the earlier steps come from the log. Their
+    // throughput, time and traffic count only at this run's layout (a line without one, from an
+    // older release, counts as this run's).
+    for (const nlohmann::json& line : metrics_.earlier_steps()) {
+      const StepRecord earlier = StepRecord::from_json(line);
+      const bool here = earlier.world_size == 0 || (earlier.world_size == data_.world_size() &&
+                                                    earlier.zero_stage == setup_.zero_stage);
+      summary_.add(earlier, here);
+      if (!here) note_other_layout(other_layouts_, earlier);
+    }
     if (!metrics_.missing_steps().empty()) {
       std::string ranges;
       for (const std::string& r : metrics_.missing_steps())
@@ -76,6 +100,7 @@ RunRecorder::RunRecorder(Communicator& host, Communicator& data, MemoryTracker& 
 
 void RunRecorder::begin_step(int64_t step) {
   step_start_ = Clock::now();
+  const bool first_of_process = !started_;
   if (!started_) loop_start_ = step_start_, started_ = true;
   memory_.reset_peaks();
   counters_at_start_ = data_.counters();
@@ -83,6 +108,9 @@ void RunRecorder::begin_step(int64_t step) {
   current_ = StepRecord{};
   current_.step = step;
   current_.tokens_seen = tokens_seen;
+  current_.world_size = data_.world_size();
+  current_.zero_stage = setup_.zero_stage;
+  current_.first_of_process = first_of_process;
   current_.start_s = seconds_between(loop_start_, step_start_);
 }
 
@@ -147,6 +175,7 @@ void RunRecorder::write_report(const nlohmann::json& extra, double total_time_s)
     if (setup_.resume_step >= 0) {
       report["resumed_after_step"] = setup_.resume_step;
       report["steps_missing_from_metrics"] = metrics_.missing_steps();
+      if (!other_layouts_.empty()) report["steps_at_other_layouts"] = other_layouts_;
     }
     report["rank_skew"] = rank_skew(per_rank_phases_);
     write_report_files(setup_.out_dir, report);

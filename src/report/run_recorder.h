@@ -34,6 +34,7 @@ class RunRecorder {
     int64_t tokens_seen = 0;      // before this run's first step
     double flops_per_token = 0;
     std::string backend_name;  // for the device's peak (MFU)
+    int zero_stage = 0;        // with the data communicator's world size: the run's layout
   };
   // host: the communicator of the end-of-run gathers (collective constructor: rank 0 opens
   // metrics.jsonl); data: the one whose bytes count; memory: whose peaks are recorded.
@@ -71,6 +72,10 @@ class RunRecorder {
   MetricsLog metrics_;
   StepTimeline timeline_;
   RunSummary summary_;
+  // A resumed run's earlier steps at another world size or ZeRO stage, as report.json's
+  // steps_at_other_layouts: [{"first_step", "last_step", "world_size", "zero_stage"}]
+  // (consecutive steps of one layout in one entry).
+  nlohmann::json other_layouts_ = nlohmann::json::array();
   MemoryByCategory run_peaks_{};
   StepRecord current_;
   CommCounters counters_at_start_;

@@ -59,6 +59,27 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
+// A resumed run whose earlier steps ran at another world size or ZeRO stage: which, and what the
+// figures cover. Empty otherwise.
+std::string other_layouts_markdown(const nlohmann::json& report) {
+  const nlohmann::json others = report.value("steps_at_other_layouts", nlohmann::json::array());
+  if (others.empty()) return "";
+  std::ostringstream md;
+  md << "Resumed at another layout: ";
+  for (size_t i = 0; i < others.size(); ++i) {
+    const int64_t first = others[i].value("first_step", int64_t{0});
+    const int64_t last = others[i].value("last_step", int64_t{0});
+    md << (i == 0 ? "" : "; ") << "step" << (first == last ? " " : "s ") << first
+       << (first == last ? "" : "-" + std::to_string(last)) << " ran at world size "
+       << others[i].value("world_size", 0) << ", ZeRO stage " << others[i].value("zero_stage", 0);
+  }
+  md << ". Their losses count above; the throughput, time and traffic figures cover the "
+     << report.value("steps_in_figures", int64_t{0}) << " steps at world size "
+     << report.value("world_size", 0) << ", stage " << report.value("zero_stage", 0)
+     << ", and the peak memory this process's steps.\n\n";
+  return md.str();
+}
+
 }  // namespace
 
 nlohmann::json library_versions() {
@@ -89,24 +110,27 @@ nlohmann::json run_json(const RunInfo& info) {
           {"libraries", library_versions()}};
 }
 
-void RunSummary::add(const StepRecord& r) {
-  if (steps_ == 0) {
-    first_loss_ = r.stats.loss;
-  } else {
+void RunSummary::add(const StepRecord& r, bool in_figures) {
+  const bool warming_up = steps_ == 0 || r.first_of_process;
+  if (steps_ == 0) first_loss_ = r.stats.loss;
+  ++steps_;
+  final_loss_ = r.stats.loss;
+  tokens_seen_ = r.tokens_seen;
+  flops_per_token_ = r.flops_per_token;
+  if (r.eval) evals_.emplace_back(r.step, *r.eval);
+  if (!in_figures) return;
+  ++steps_in_figures_;
+  if (!warming_up) {
+    ++steps_in_means_;
     tokens_per_s_after_first_ += r.tokens_per_s;
     tflops_after_first_ += r.tflops_per_device;
     host_adam_params_after_first_ += r.stats.host_adam_params;
     host_adam_s_after_first_ += r.stats.host_adam_s;
   }
-  ++steps_;
-  final_loss_ = r.stats.loss;
   train_time_s_ += r.step_time_s;
-  tokens_seen_ = r.tokens_seen;
-  flops_per_token_ = r.flops_per_token;
   for (size_t op = 0; op < comm_bytes_total_.size(); ++op)
     comm_bytes_total_[op] += r.comm_bytes[op];
   offload_bytes_total_ += r.offload_bytes();
-  if (r.eval) evals_.emplace_back(r.step, *r.eval);
 }
 
 nlohmann::json RunSummary::to_json(const std::vector<MemoryByCategory>& peak_memory_per_rank,
@@ -117,21 +141,24 @@ nlohmann::json RunSummary::to_json(const std::vector<MemoryByCategory>& peak_mem
   j["final_loss"] = steps_ > 0 ? nlohmann::json(final_loss_) : nlohmann::json(nullptr);
   j["tokens_seen"] = tokens_seen_;
   j["flops_per_token"] = flops_per_token_;
-  // The first step pays one-time costs (page faults, thread pools); leave it out of the means.
-  if (steps_ > 1) {
-    j["mean_tokens_per_s"] = tokens_per_s_after_first_ / static_cast<double>(steps_ - 1);
-    j["mean_tflops_per_device"] = tflops_after_first_ / static_cast<double>(steps_ - 1);
+  // A process's first step pays one-time costs (page faults, thread pools): not in the means.
+  if (steps_in_means_ > 0) {
+    j["mean_tokens_per_s"] = tokens_per_s_after_first_ / static_cast<double>(steps_in_means_);
+    j["mean_tflops_per_device"] = tflops_after_first_ / static_cast<double>(steps_in_means_);
   } else {
     j["mean_tokens_per_s"] = nullptr;
     j["mean_tflops_per_device"] = nullptr;
   }
   BytesByCollective per_step{};
   for (size_t op = 0; op < per_step.size(); ++op)
-    per_step[op] = steps_ > 0 ? comm_bytes_total_[op] / static_cast<uint64_t>(steps_) : 0;
+    per_step[op] = steps_in_figures_ > 0
+                       ? comm_bytes_total_[op] / static_cast<uint64_t>(steps_in_figures_)
+                       : 0;
   j["comm_bytes_per_step"] = comm_bytes_json(per_step);
   j["comm_bytes_total"] = comm_bytes_json(comm_bytes_total_);
   j["offload_bytes_per_step"] =
-      offload_bytes_json(offload_bytes_total_.divided_by(static_cast<uint64_t>(steps_)));
+      offload_bytes_json(offload_bytes_total_.divided_by(static_cast<uint64_t>(steps_in_figures_)));
+  j["steps_in_figures"] = steps_in_figures_;
   if (host_adam_params_after_first_ > 0 && host_adam_s_after_first_ > 0)
     j["host_adam"] = {{"params", host_adam_params_after_first_},
                       {"seconds", host_adam_s_after_first_},
@@ -242,6 +269,7 @@ std::string report_markdown(const nlohmann::json& report) {
   }
   md << "| training time (s) | " << num(report["train_time_s"], 2) << " |\n";
   md << "| total time (s) | " << num(report["total_time_s"], 2) << " |\n\n";
+  md << other_layouts_markdown(report);
 
   md << "## Communication per step (bytes sent per rank)\n\n| collective | bytes |\n|---|---|\n";
   for (const auto& [op, bytes] : report["comm_bytes_per_step"].items())

@@ -41,7 +41,11 @@ nlohmann::json run_json(const RunInfo& info);
 // Accumulates the per-step records into the summary of report.json.
 class RunSummary {
  public:
-  void add(const StepRecord& record);
+  // A step of the run. Its loss, tokens and evaluation always count. Its throughput, time and
+  // traffic count when `in_figures` (a step at the run's own layout: RunRecorder leaves out a
+  // resumed run's earlier steps at another world size or ZeRO stage); the means leave out the
+  // run's first step and each process's first (StepRecord::first_of_process).
+  void add(const StepRecord& record, bool in_figures = true);
   int64_t steps() const { return steps_; }
 
   // peak_memory_per_rank[r]: rank r's peak bytes per category over the whole run.
@@ -50,9 +54,10 @@ class RunSummary {
 
  private:
   int64_t steps_ = 0;
+  int64_t steps_in_figures_ = 0, steps_in_means_ = 0;
   double first_loss_ = 0, final_loss_ = 0;
-  double tokens_per_s_after_first_ = 0;  // sum over steps 2..n
-  double tflops_after_first_ = 0;        // sum over steps 2..n
+  double tokens_per_s_after_first_ = 0;  // sum over the steps in the means
+  double tflops_after_first_ = 0;        // sum over the steps in the means
   double train_time_s_ = 0;
   int64_t tokens_seen_ = 0;
   double flops_per_token_ = 0;

@@ -49,12 +49,16 @@ double mib(double bytes) {
   return bytes / (1024.0 * 1024.0);
 }
 
-// Mean of a numeric metrics field over the steps after the first (all steps when only one).
+// Mean of a numeric metrics field over the steps after each process's first (the first
+// step's when there is no other).
 std::optional<double> mean_after_first(const std::vector<nlohmann::json>& metrics,
                                        const char* key) {
   double sum = 0;
   int n = 0;
-  for (size_t i = metrics.size() > 1 ? 1 : 0; i < metrics.size(); ++i) {
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    const auto mark = metrics[i].find("first_of_process");
+    const bool first = i == 0 || (mark != metrics[i].end() && mark->is_boolean() && *mark);
+    if (first && metrics.size() > 1) continue;
     const auto it = metrics[i].find(key);
     if (it == metrics[i].end() || !it->is_number()) continue;
     sum += it->get<double>();
@@ -123,6 +127,18 @@ nlohmann::json estimate_for(const RunData& r) {
   }
 }
 
+// The lines of the steps run at run.json's world size and ZeRO stage: a resumed run's earlier
+// steps at another layout are left out (a line without one, from an older release, is kept).
+std::vector<nlohmann::json> steps_at_layout(const std::vector<nlohmann::json>& metrics, int ranks,
+                                            int stage) {
+  std::vector<nlohmann::json> kept;
+  for (const nlohmann::json& m : metrics)
+    if (!m.contains("world_size") ||
+        (m.at("world_size") == ranks && m.contains("zero_stage") && m.at("zero_stage") == stage))
+      kept.push_back(m);
+  return kept;
+}
+
 ScalingRow row_of(const RunData& r) {
   const nlohmann::json& c = r.run.at("config");
   ScalingRow row;
@@ -134,12 +150,13 @@ ScalingRow row_of(const RunData& r) {
   row.grad_accum = c.value("grad_accum", int64_t{0});
   row.seq_len = c.value("seq_len", int64_t{0});
   row.checkpointing = c.value("activation_checkpointing", std::string("none"));
-  row.tokens_per_s = mean_after_first(r.metrics, "tokens_per_s").value_or(0.0);
+  const std::vector<nlohmann::json> here = steps_at_layout(r.metrics, row.ranks, row.stage);
+  row.tokens_per_s = mean_after_first(here, "tokens_per_s").value_or(0.0);
   row.tokens_per_s_per_rank = row.tokens_per_s / std::max(1, row.ranks);
-  row.mfu = mean_after_first(r.metrics, "mfu");
+  row.mfu = mean_after_first(here, "mfu");
   row.measured_memory = nlohmann::json::object();
   for (const char* cat : kMemoryCategories) row.measured_memory[cat] = 0;
-  for (const auto& m : r.metrics)  // rank 0's per-step peaks
+  for (const auto& m : here)  // rank 0's per-step peaks
     for (const char* cat : kMemoryCategories)
       if (m.contains("peak_memory_bytes") && m["peak_memory_bytes"].contains(cat))
         row.measured_memory[cat] = std::max(row.measured_memory[cat].get<uint64_t>(),
@@ -153,7 +170,7 @@ ScalingRow row_of(const RunData& r) {
   row.estimated_memory = estimate_for(r);
   uint64_t bytes = 0;
   int steps = 0;
-  for (const auto& m : r.metrics) {
+  for (const auto& m : here) {
     if (!m.contains("comm_bytes")) continue;
     for (const auto& [op, b] : m["comm_bytes"].items()) bytes += b.get<uint64_t>();
     ++steps;

@@ -160,6 +160,15 @@ TEST_F(RunDirectory, AResumedRunReportsTheWholeRunAndNamesAMetricsGap) {
     EXPECT_EQ(a.at(key), b.at(key)) << key;
   EXPECT_EQ(b.at("resumed_after_step"), 4);
   EXPECT_TRUE(b.at("steps_missing_from_metrics").empty());
+  EXPECT_EQ(b.at("steps_in_figures"), 6);
+  EXPECT_FALSE(b.contains("steps_at_other_layouts"));
+  // The means leave out each process's first step: steps 1 and 5 here.
+  const std::vector<nlohmann::json> lines = read_jsonl(split + "/metrics.jsonl");
+  double sum = 0;
+  for (const nlohmann::json& line : lines)
+    if (line["step"] != 1 && line["step"] != 5) sum += line["tokens_per_s"].get<double>();
+  EXPECT_EQ(lines[4].value("first_of_process", false), true);
+  EXPECT_DOUBLE_EQ(b.at("mean_tokens_per_s").get<double>(), sum / 4);
   // The log cut to its first line before a resume from step 4: steps 2-3 are named as missing.
   const std::string gap = path("report_gap");
   run_zerotrain(train(gap, args + " --stop-after-step 4"));
@@ -172,6 +181,52 @@ TEST_F(RunDirectory, AResumedRunReportsTheWholeRunAndNamesAMetricsGap) {
   const auto c = nlohmann::json::parse(read_file(gap + "/report.json"));
   EXPECT_EQ(c.at("steps_missing_from_metrics"), nlohmann::json::array({"2-3"}));
   EXPECT_EQ(c.at("steps"), 4);  // the 4 steps the log holds
+}
+
+// A resume at another world size and stage: the report's losses cover the whole run, its
+// throughput, time and traffic only the steps at the resumed run's layout (the 2-rank ZeRO-3 steps'
+// all-gathers and reduce-scatters stay out of the 1-rank figures), and it names the others.
+TEST_F(RunDirectory, AResumeAtAnotherLayoutKeepsTheEarlierStepsOutOfItsFigures) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string out = path("report_layouts");
+  const std::string args = " --steps 6 --save-every 3 --log-every 0 --eval-batches 0";
+  const RunResult first = run_command(mpirun_zerotrain(2) + train(out, args) +
+                                      " --zero-stage 3 --stop-after-step 3 --comm-timeout 60");
+  ASSERT_EQ(first.exit_code, 124) << first.output;
+  const RunResult second = run_zerotrain(train(out, args + " --zero-stage 1 --resume auto"));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const std::vector<nlohmann::json> lines = read_jsonl(out + "/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 6u);
+  uint64_t earlier_bytes = 0, later_bytes = 0;
+  double later_time = 0;
+  for (const nlohmann::json& line : lines) {
+    const bool earlier = line["step"] <= 3;
+    EXPECT_EQ(line["world_size"], earlier ? 2 : 1) << line;
+    EXPECT_EQ(line["zero_stage"], earlier ? 3 : 1) << line;
+    EXPECT_EQ(line.value("first_of_process", false), line["step"] == 1 || line["step"] == 4);
+    uint64_t bytes = 0;
+    for (const auto& [op, b] : line["comm_bytes"].items()) bytes += b.get<uint64_t>();
+    (earlier ? earlier_bytes : later_bytes) += bytes;
+    if (!earlier) later_time += line["step_time_s"].get<double>();
+  }
+  ASSERT_GT(earlier_bytes, 0u);
+  const auto report = nlohmann::json::parse(read_file(out + "/report.json"));
+  EXPECT_EQ(report.at("steps"), 6);
+  EXPECT_EQ(report.at("first_loss"), lines[0]["loss"]);
+  EXPECT_EQ(report.at("steps_in_figures"), 3);
+  uint64_t reported = 0;
+  for (const auto& [op, b] : report.at("comm_bytes_total").items()) reported += b.get<uint64_t>();
+  EXPECT_EQ(reported, later_bytes);
+  EXPECT_DOUBLE_EQ(report.at("train_time_s").get<double>(), later_time);
+  EXPECT_DOUBLE_EQ(
+      report.at("mean_tokens_per_s").get<double>(),
+      (lines[4]["tokens_per_s"].get<double>() + lines[5]["tokens_per_s"].get<double>()) / 2);
+  EXPECT_EQ(report.at("steps_at_other_layouts"),
+            nlohmann::json::parse(
+                R"([{"first_step": 1, "last_step": 3, "world_size": 2, "zero_stage": 3}])"));
+  EXPECT_NE(read_file(out + "/report.md")
+                .find("Resumed at another layout: steps 1-3 ran at world size 2, ZeRO stage 3."),
+            std::string::npos);
 }
 
 // A continuation with other settings than the finished run's (more steps here) moves that run's

@@ -117,6 +117,37 @@ TEST_F(ReportStudy, RowsCarryThroughputEfficiencyMemoryAndBytes) {
   EXPECT_EQ(files.size(), 6u);
 }
 
+// A run resumed at another layout (steps 1-3 at 2 ranks, ZeRO-3; steps 4-6 at 1 rank, stage 1, as
+// its run.json says): its row's throughput, bytes and memory are those of steps 4-6, the mean
+// without step 4, that process's first.
+TEST_F(ReportStudy, ARunResumedAtAnotherLayoutIsRowedByItsLastLayoutsSteps) {
+  const fs::path run = make_run("resumed", 1, 1, 0.0);
+  std::ofstream metrics(run / "metrics.jsonl", std::ios::trunc);
+  for (int step = 1; step <= 6; ++step) {
+    const bool earlier = step <= 3;
+    nlohmann::json line = {{"step", step},
+                           {"loss", 5.5 - 0.1 * step},
+                           {"tokens_per_s", earlier     ? 1000.0
+                                            : step == 4 ? 1.0
+                                                        : 40.0 + step},
+                           {"mfu", nullptr},
+                           {"peak_memory_bytes", {{"params", earlier ? 9000 : 700}}},
+                           {"comm_bytes", {{"all_gather", earlier ? 5000 : 0}}},
+                           {"world_size", earlier ? 2 : 1},
+                           {"zero_stage", earlier ? 3 : 1}};
+    if (step == 1 || step == 4) line["first_of_process"] = true;
+    metrics << line.dump() << "\n";
+  }
+  metrics.close();
+  std::ofstream(run / "report.json")
+      << nlohmann::json{{"peak_memory_bytes_per_rank", {{{"params", 800}}}}}.dump();
+  const auto rows = scaling_rows({load_run_dir(run.string())});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_DOUBLE_EQ(rows[0].tokens_per_s, (45.0 + 46.0) / 2);
+  EXPECT_EQ(rows[0].comm_bytes_per_step, 0u);
+  EXPECT_EQ(rows[0].measured_memory["params"].get<uint64_t>(), 800u);
+}
+
 // Each row carries its end-of-training eval loss and the windows it scored (tokens / T); the table
 // warns when the rows scored different windows, whose losses are then not comparable.
 TEST_F(ReportStudy, RowsCarryTheEvalLossAndWarnWhenItsWindowsDiffer) {
