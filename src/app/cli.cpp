@@ -109,6 +109,15 @@ std::string hugging_face_name_hint(const std::string& given,
 
 }  // namespace
 
+std::string unknown_config_key_warning(const std::string& command, const std::string& file,
+                                       const std::string& key, const std::string& hint,
+                                       const std::string& why) {
+  return "zerotrain " + command + ": warning: " + file + " key '" + key +
+         "' is not one zerotrain reads or knows" +
+         (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+         "; accepted as not changing the model (" + why + "; --strict-config refuses it)";
+}
+
 std::vector<std::string> split_commas(const std::string& text) {
   std::vector<std::string> out;
   size_t start = 0;

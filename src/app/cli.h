@@ -164,6 +164,14 @@ void add_trainable_options(po::options_description& options, std::vector<std::st
 // per_device_train_batch_size, ...) names that option instead.
 std::string did_you_mean(const std::string& given, const po::options_description& options);
 
+// The warning for a key of a model's config file (config.json, params.json) that zerotrain
+// neither reads nor knows, accepted as not changing the model: "zerotrain COMMAND: warning: FILE
+// key 'KEY' is not one zerotrain reads or knows (did you mean 'HINT'?); accepted as not changing
+// the model (WHY; --strict-config refuses it)", without the question when `hint` is "".
+std::string unknown_config_key_warning(const std::string& command, const std::string& file,
+                                       const std::string& key, const std::string& hint,
+                                       const std::string& why);
+
 // The items of a comma-separated option value, each without the blanks around it ("a, b" gives
 // a and b; "" gives one empty item, "a," an empty last one, for the caller to refuse).
 std::vector<std::string> split_commas(const std::string& text);

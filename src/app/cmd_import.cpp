@@ -26,17 +26,18 @@ std::string listed(const std::vector<std::string>& names) {
 
 // The lines import_hf and import_meta end with: tensors rounded, the config file's unknown keys
 // (a warning each, `unread_by` saying who else reads past them) and the stored tensors read past.
+// `hints`: each unknown key's likely intended key ("" for none), or empty.
 void print_import_notes(int64_t rounded, const std::string& config_file,
-                        const std::vector<std::string>& unknown_keys, const std::string& unread_by,
+                        const std::vector<std::string>& unknown_keys,
+                        const std::vector<std::string>& hints, const std::string& unread_by,
                         const std::vector<std::string>& ignored_tensors) {
   if (rounded > 0)
     std::cout << "  " << rounded
               << " tensor(s) stored in F16/F32 were rounded to bf16 (nearest even)\n";
-  for (const std::string& key : unknown_keys)
-    std::cerr << "zerotrain import: warning: " << config_file << " key '" << key
-              << "' is not one zerotrain reads or knows; accepted as not changing the model ("
-              << unread_by << "; --strict-config refuses it), recorded in " << kImportRecordFile
-              << "\n";
+  for (size_t i = 0; i < unknown_keys.size(); ++i)
+    std::cerr << unknown_config_key_warning("import", config_file, unknown_keys[i],
+                                            i < hints.size() ? hints[i] : "", unread_by)
+              << ", recorded in " << kImportRecordFile << "\n";
   if (!ignored_tensors.empty())
     std::cout << "  stored tensors that are not parameters of the model, ignored: "
               << listed(ignored_tensors) << "\n";
@@ -67,7 +68,7 @@ void import_hf(const po::variables_map& vm, const std::string& source, const std
   if (!r.ignored_keys.empty())
     std::cout << "  config.json keys that do not change the model, ignored: "
               << listed(r.ignored_keys) << "\n";
-  print_import_notes(r.rounded_tensors, "config.json", r.unknown_keys,
+  print_import_notes(r.rounded_tensors, "config.json", r.unknown_keys, r.unknown_key_hints,
                      "transformers' modelling code does not read it either", r.ignored_tensors);
 }
 
@@ -111,7 +112,7 @@ void import_meta(const po::variables_map& vm, const std::string& source, const s
   else
     std::cout << "  no tokenizer files: Meta's tokenizer.model is not converted; --tokenizer "
                  "HF_DIR copies a Hugging Face directory's (the Hub repository's root)\n";
-  print_import_notes(r.rounded_tensors, "params.json", r.unknown_keys,
+  print_import_notes(r.rounded_tensors, "params.json", r.unknown_keys, {},
                      "Meta's reference code and transformers' converter do not read it either",
                      r.ignored_tensors);
 }

@@ -145,6 +145,8 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
       result.ignored_keys.push_back(key);
     result.unknown_keys = in_text_config(result.unknown_keys);
   }
+  for (const std::string& key : result.unknown_keys)
+    result.unknown_key_hints.push_back(hf_config_key_hint(key, config_json));
   const ParamLayout layout(result.config);
 
   // Where each tensor is, every file's header read and checked once.

@@ -29,6 +29,7 @@ struct HfImportResult {
   std::string weights_format;             // "safetensors" or "PyTorch" (WeightFile::format)
   std::vector<std::string> ignored_keys;  // config.json keys read past (hf_config_ignored_keys)
   std::vector<std::string> unknown_keys;  // ... and those it does not know (hf_config_unknown_keys)
+  std::vector<std::string> unknown_key_hints;  // each one's hf_config_key_hint ("" for none)
   // Stored tensors that are not parameters: buffers (inv_freq), a tied model's lm_head copy.
   std::vector<std::string> ignored_tensors;
   std::vector<std::string> tokenizer_files;  // copied beside the model (io/tokenizer_files.h)

@@ -270,6 +270,9 @@ std::vector<std::string> hf_config_ignored_keys(const nlohmann::json& j);
 // The keys it neither reads nor knows: transformers' modelling code does not read them either
 // (it reads only the attributes it defines), so they are accepted with a warning by default.
 std::vector<std::string> hf_config_unknown_keys(const nlohmann::json& j);
+// The key zerotrain reads that an unknown `key` of `j` is most likely a misspelling of
+// ("rope_theta" for "rope_thetta"; "text_config.K" for a multimodal file's "text_config.…"), or "".
+std::string hf_config_key_hint(const std::string& key, const nlohmann::json& j);
 
 // Layers step − 1, 2·step − 1, ... below num_layers: SmolLM3's layers without RoPE when every
 // step-th takes none (SmolLM3Config's no_rope_layer_interval, llama.cpp's n_no_rope_layer_step).

@@ -13,6 +13,7 @@
 #include "model/hf_config_keys.h"
 #include "model/hf_config_rope.h"
 #include "model/hf_config_value.h"
+#include "util/closest_name.h"
 #include "util/error.h"
 #include "util/json_text.h"
 
@@ -309,6 +310,15 @@ std::vector<std::string> hf_config_unknown_keys(const nlohmann::json& j) {
   return out;
 }
 
+std::string hf_config_key_hint(const std::string& key, const nlohmann::json& j) {
+  std::vector<std::string> read = read_hf_keys();
+  for (const std::string& k : family_read_keys(model_type_of(j))) read.push_back(k);
+  const std::string prefix = "text_config.";  // a multimodal checkpoint's text model
+  const bool nested = key.rfind(prefix, 0) == 0;
+  const std::string closest = closest_name(nested ? key.substr(prefix.size()) : key, read);
+  return closest.empty() ? "" : (nested ? prefix : "") + closest;
+}
+
 nlohmann::json ModelConfig::to_hf_json() const {
   const std::string type = model_type();
   nlohmann::json j{{"architectures", {hf_architectures().at(type)}},
@@ -464,9 +474,11 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   check_fixed_hf_keys(j, source, type);
   if (unknown == UnknownConfigKeys::kRefuse) {
     const std::vector<std::string> keys = hf_config_unknown_keys(j);
+    const std::string hint = keys.empty() ? "" : hf_config_key_hint(keys.front(), j);
     if (!keys.empty())
-      fail(source + ": unknown key '" + keys.front() +
-           "' (--strict-config refuses keys zerotrain neither reads nor knows to leave the model "
+      fail(source + ": unknown key '" + keys.front() + "'" +
+           (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+           " (--strict-config refuses keys zerotrain neither reads nor knows to leave the model "
            "unchanged; without it they are accepted with a warning)");
   }
   return c;

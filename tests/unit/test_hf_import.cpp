@@ -351,10 +351,13 @@ TEST(HfImport, UnknownConfigKeysAreAcceptedAndReportedOrRefusedWhenStrict) {
   config["rope_interleaved"] = false;
   config["transformers.js_config"] = {{"kv_cache_dtype", {{"q4f16", "float16"}}}};
   config["_model_name_or_path"] = "exporter";
-  config["hidden_act"] = "swish";  // transformers' alias of silu
+  config["hidden_act"] = "swish";           // transformers' alias of silu
+  config["max_position_embedings"] = 2048;  // misspelt: the hint names the key it may mean
   write_hf_dir(tmp / "hf", tiny_tensors(), config);
   const HfImportResult r = import_hf_model(tmp / "hf", tmp / "m", uint64_t{1} << 30, false);
-  EXPECT_EQ(r.unknown_keys, std::vector<std::string>{"_model_name_or_path"});
+  EXPECT_EQ(r.unknown_keys,
+            (std::vector<std::string>{"_model_name_or_path", "max_position_embedings"}));
+  EXPECT_EQ(r.unknown_key_hints, (std::vector<std::string>{"", "max_position_embeddings"}));
   for (const char* key :
        {"unk_token_id", "dtype", "is_llama_config", "rope_interleaved", "transformers.js_config"})
     EXPECT_NE(std::find(r.ignored_keys.begin(), r.ignored_keys.end(), key), r.ignored_keys.end())
