@@ -52,12 +52,14 @@ int cmd_consolidate(int argc, char** argv) {
   o.serial = vm["serial"].as<bool>();
   o.shard_limit_bytes = shard_bytes;
 
-  MpiRuntime runtime;
-  MpiCommunicator comm;
-  comm.set_timeout_seconds(comm_timeout);
+  // The arguments' checks before MPI starts: every rank reads the same paths, and an error here
+  // ends the process plainly rather than by MPI_Abort's banner (end_mpi_after_error).
   const std::string checkpoint = checkpoint_dir_through_latest(vm["checkpoint"].as<std::string>());
   check_output_apart_from_inputs(spec.name, vm["out"].as<std::string>(),
                                  {{"the checkpoint", checkpoint}});
+  MpiRuntime runtime;
+  MpiCommunicator comm;
+  comm.set_timeout_seconds(comm_timeout);
   const ConsolidatedModel model =
       consolidate_checkpoint(checkpoint, vm["out"].as<std::string>(), comm, o);
   if (comm.rank() == 0)
