@@ -87,6 +87,24 @@ void warn_if_window_ignored(const std::string& model, int64_t window) {
                model.c_str(), static_cast<long long>(window), static_cast<long long>(window));
 }
 
+// --format gguf: `model` (the one given, or its merge with --merge-lora) as one GGUF file, named
+// (general.name) by --gguf-name or by the model given, not by a merged copy's scratch directory.
+int export_gguf_file(const po::variables_map& vm, const std::string& model) {
+  const std::string name = vm.count("gguf-name") ? vm["gguf-name"].as<std::string>()
+                                                 : gguf_model_name(vm["model"].as<std::string>());
+  const GgufExport result = export_gguf(model, vm["out"].as<std::string>(),
+                                        parse_gguf_out_type(vm["gguf-type"].as<std::string>()),
+                                        vm["overwrite"].as<bool>(), name);
+  warn_if_window_ignored(model, result.sliding_window_ignored);
+  std::cout << nlohmann::json{{"out", result.path},
+                              {"bytes", result.bytes},
+                              {"tensor_types", result.tensor_types},
+                              {"seconds", result.seconds}}
+                   .dump()
+            << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int cmd_export(int argc, char** argv) {
@@ -97,7 +115,7 @@ int cmd_export(int argc, char** argv) {
                          "zerotrain export MODEL_DIR [--format safetensors] --out HF_DIR "
                          "[--max-shard-size-mb N] [--overwrite]\n"
                          "       zerotrain export MODEL_DIR --format gguf --out FILE.gguf "
-                         "[--gguf-type f32|f16|bf16|q8_0] [--overwrite]\n"
+                         "[--gguf-type f32|f16|bf16|q8_0] [--gguf-name NAME] [--overwrite]\n"
                          "       zerotrain export BASE_DIR --merge-lora ADAPTER_DIR --out ... "
                          "(either format)\n"
                          "       zerotrain export CHECKPOINT_DIR --format peft --out ADAPTER_DIR "
@@ -112,6 +130,10 @@ int cmd_export(int argc, char** argv) {
       "out", po::value<std::string>(), "output directory (safetensors) or file (gguf)")(
       "gguf-type", po::value<std::string>()->default_value("bf16"),
       "gguf: the matrices' type, f32, f16, bf16 or q8_0 (norms and biases stay f32)")(
+      "gguf-name", po::value<std::string>(),
+      "gguf: the model's name (general.name, which llama.cpp and Ollama list); default: the name "
+      "of the GGUF file the model was imported from, else the model directory's (a train run's "
+      "directory for its final/)")(
       "max-shard-size-mb", po::value<double>()->default_value(5120),
       "largest safetensors file in MiB; larger models are sharded with an index")(
       "overwrite", po::bool_switch(), "replace an existing non-empty output directory")(
@@ -134,6 +156,8 @@ int cmd_export(int argc, char** argv) {
            "export: unknown --format '" + format + "' (supported: safetensors, gguf, peft)");
   ZT_CHECK(format == "gguf" || vm["gguf-type"].defaulted(),
            "export: --gguf-type applies to --format gguf");
+  ZT_CHECK(format == "gguf" || !vm.count("gguf-name"),
+           "export: --gguf-name applies to --format gguf");
   ZT_CHECK(format == "safetensors" || vm["max-shard-size-mb"].defaulted(),
            "export: --max-shard-size-mb applies to --format safetensors");
   if (format == "peft") return export_peft_adapter(vm, adapter);
@@ -155,19 +179,7 @@ int cmd_export(int argc, char** argv) {
     write_merged_model_dir(model, adapter, merged, /*overwrite=*/true);
     model = merged;
   }
-  if (format == "gguf") {
-    const GgufExport result = export_gguf(model, vm["out"].as<std::string>(),
-                                          parse_gguf_out_type(vm["gguf-type"].as<std::string>()),
-                                          vm["overwrite"].as<bool>());
-    warn_if_window_ignored(model, result.sliding_window_ignored);
-    std::cout << nlohmann::json{{"out", result.path},
-                                {"bytes", result.bytes},
-                                {"tensor_types", result.tensor_types},
-                                {"seconds", result.seconds}}
-                     .dump()
-              << std::endl;
-    return 0;
-  }
+  if (format == "gguf") return export_gguf_file(vm, model);
   const uint64_t shard_bytes =
       shard_limit_bytes(vm["max-shard-size-mb"].as<double>(), "max-shard-size-mb", spec.name);
   const SafetensorsExport result = export_safetensors(model, vm["out"].as<std::string>(),

@@ -456,6 +456,14 @@ int run_steps(TrainLoop& loop, int64_t first_step) {
   const bool is_root = comm.rank() == 0;
   // The data's line, as the Hugging Face Trainer tells its examples and epochs.
   if (is_root) std::cerr << "data: " << sampler.epoch_summary(o.steps) << "\n";
+  if (is_root && learning_rate_zero_throughout(o.optim, first_step, o.steps, o.steps))
+    std::cerr << "zerotrain train: warning: the learning rate is 0 at every step of this run "
+                 "(steps "
+              << first_step << "-" << o.steps << ", " << lr_schedule_name(o.optim.schedule)
+              << " from --warmup-start-lr " << o.optim.warmup_start_lr
+              << "): the weights will not change. DeepSpeed's warmup schedules train their first "
+                 "two steps at the start rate; give more --steps, or a --warmup-start-lr above 0 "
+                 "(docs/running.md, \"Learning-rate schedules\")\n";
   Progress progress(is_root, o.steps, o.log_every);
   const int64_t injected_failure_step = debug_failure_step(comm.rank());
   for (int64_t step = first_step; step <= o.steps; ++step) {

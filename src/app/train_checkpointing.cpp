@@ -154,10 +154,11 @@ TrainingProgress TrainCheckpointing::resume(ZeroEngine& engine) {
     for (const std::string& w : warnings)
       std::fprintf(stderr, "warning: resuming from %s: %s\n", resume_dir_.c_str(), w.c_str());
     std::fprintf(stderr,
-                 "resumed from %s at step %lld (saved by %d ranks at ZeRO stage %d; loaded in "
+                 "resumed from %s at step %lld (saved by %d rank%s at ZeRO stage %d; loaded in "
                  "%.3f s)\n",
                  resume_dir_.c_str(), static_cast<long long>(manifest.progress.step),
-                 manifest.world_size, manifest.zero_stage, seconds);
+                 manifest.world_size, manifest.world_size == 1 ? "" : "s", manifest.zero_stage,
+                 seconds);
   }
   if (comm_.rank() == 0 && engine.loss_scaler() && !resumed_loss_scaler(manifest, engine))
     std::fprintf(stderr, "warning: resuming from %s: %s; the loss scale starts afresh at %g\n",

@@ -96,6 +96,13 @@ float learning_rate_at(const AdamWConfig& c, int64_t step, int64_t run_steps) {
   return static_cast<float>(lr);
 }
 
+bool learning_rate_zero_throughout(const AdamWConfig& c, int64_t first, int64_t last,
+                                   int64_t total_steps) {
+  for (int64_t step = first; step <= last; ++step)
+    if (learning_rate_at(c, step, total_steps) != 0.0f) return false;
+  return first <= last;
+}
+
 void validate_schedule(const AdamWConfig& c) {
   ZT_CHECK(c.schedule_steps >= 0,
            "--schedule-steps must be >= 0 (0: --steps), got " + std::to_string(c.schedule_steps));

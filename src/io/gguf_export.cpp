@@ -10,6 +10,7 @@
 #include "io/gguf_file.h"
 #include "io/gguf_import.h"
 #include "io/gguf_tokenizer.h"
+#include "io/hf_import.h"
 #include "io/model_dir.h"
 #include "io/tokenizer_files.h"
 #include "model/hf_checkpoint_tensors.h"
@@ -329,8 +330,25 @@ GgufOutType parse_gguf_out_type(const std::string& name) {
   fail("export: unknown --gguf-type '" + name + "' (f32, f16, bf16, q8_0)");
 }
 
+std::string gguf_model_name(const std::string& model_dir) {
+  const fs::path dir(strip_trailing_slashes(model_dir));
+  std::error_code ec;
+  if (fs::is_regular_file(dir / kImportRecordFile, ec)) {
+    const nlohmann::json record = read_json_file((dir / kImportRecordFile).string());
+    const auto name = record.find("name");
+    if (name != record.end() && name->is_string() && !name->get<std::string>().empty())
+      return name->get<std::string>();
+  }
+  const fs::path absolute = fs::absolute(dir, ec);
+  if (!ec && absolute.filename() == "final" &&
+      fs::is_regular_file(absolute.parent_path() / "run.json", ec))
+    return absolute.parent_path().filename().string();
+  return dir.filename().string();
+}
+
 GgufExport export_gguf(const std::string& model_dir, const std::string& out_path, GgufOutType type,
-                       bool overwrite) {
+                       bool overwrite, const std::string& name) {
+  ZT_CHECK(!name.empty(), "export: the GGUF file's model name (--gguf-name) is empty");
   const Stopwatch clock;
   check_output_file_writable(out_path, overwrite);
   ModelDirReader model(model_dir);
@@ -341,8 +359,7 @@ GgufExport export_gguf(const std::string& model_dir, const std::string& out_path
            "export: model '" + model_dir +
                "' has no tokenizer.json beside it; a GGUF file "
                "carries the tokenizer llama.cpp runs with");
-  auto metadata =
-      model_metadata(c, arch, fs::path(strip_trailing_slashes(model_dir)).filename(), type);
+  auto metadata = model_metadata(c, arch, name, type);
   // llama.cpp's converter marks GLM-4's <|user|> as the end of a turn.
   for (auto& entry : gguf_tokenizer_metadata(tokenizer, c.vocab_size, model_dir,
                                              arch == "glm4" ? "<|user|>" : ""))

@@ -28,8 +28,15 @@ struct GgufExport {
   int64_t sliding_window_ignored = 0;
 };
 
+// The model's name for the file's general.name when export is not given one (--gguf-name): the
+// name the GGUF file it was imported from had (its import.json), else the directory's name, or
+// for a train run's final/ (run.json beside it) the run directory's. llama.cpp and Ollama list a
+// model by it.
+std::string gguf_model_name(const std::string& model_dir);
+
 // Writes `out_path` (refused when it exists, unless overwrite); the file appears only when whole.
+// `name`: general.name.
 GgufExport export_gguf(const std::string& model_dir, const std::string& out_path, GgufOutType type,
-                       bool overwrite);
+                       bool overwrite, const std::string& name);
 
 }  // namespace zt

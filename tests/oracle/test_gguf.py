@@ -289,6 +289,15 @@ def check_export(work, zt, imported, data, tokens, zt_loss):
             check(np.array_equal(np.asarray(t.data).reshape(-1), want.reshape(-1)),
                   f"export q8_0: {t.name}'s bytes differ from gguf.quants.quantize")
     print("ok   export --gguf-type q8_0: every Q8_0 tensor equals gguf.quants.quantize's bytes")
+    # general.name, which llama.cpp and Ollama list: the imported file's, or --gguf-name.
+    check(reader.fields["general.name"].contents() == "tiny llama",
+          f"export: general.name {reader.fields['general.name'].contents()!r}, not the imported "
+          "file's 'tiny llama'")
+    run_tool([zt, "export", imported, "--format", "gguf", "--gguf-name", "zerotrain tiny", "--out",
+              work("export_named.gguf")])
+    named = read_gguf(work("export_named.gguf")).fields["general.name"].contents()
+    check(named == "zerotrain tiny", f"export --gguf-name: general.name {named!r}")
+    print("ok   export: general.name is the imported file's, or --gguf-name's")
     model = transformers_gguf_model(work("export_bf16.gguf"))
     hf = hf_loss(model, tokens, range(4), 32)
     check(abs(hf - zt_loss) <= loss_bound(hf, model.config.vocab_size),

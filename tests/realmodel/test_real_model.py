@@ -374,6 +374,8 @@ def check_export(work, zt, tokens, held, T):
             hf_loss(exported, tokens, windows, SEQ_LEN))
     run_tool([zt, "export", final, "--format", "gguf", "--gguf-type", "q8_0", "--out",
               work("export.gguf")])
+    name = gguf.GGUFReader(work("export.gguf")).fields["general.name"].contents()
+    check(name == "run", f"export of a run's final/: general.name {name!r}, not the run's 'run'")
     quantized = transformers_gguf_model(work("export.gguf"))
     q_loss = hf_loss(quantized, tokens, windows, SEQ_LEN)
     print(f"transformers' GGUF loader on the Q8_0 export: loss {q_loss:.6f}, the bf16 model's "

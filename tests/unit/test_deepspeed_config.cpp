@@ -363,6 +363,27 @@ TEST_F(DeepSpeedE2E, OffloadConfigTrainsWithCpuOffload) {
   EXPECT_TRUE(contains(report, "host CPU AdamW, rank 0 (million parameters/s")) << report;
 }
 
+// transformers' own ZeRO-3 test config (WarmupLR, warmup_num_steps "auto": 0) trains its first
+// two steps at warmup_min_lr 0, as DeepSpeed does: a 2-step run would change nothing, and says
+// so; a third step trains at the rate, and the warning is gone.
+TEST_F(DeepSpeedE2E, AScheduleAtZeroForTheWholeRunIsWarnedOf) {
+  const std::string cfg = std::string(ZT_SOURCE_DIR) +
+                          "/tests/data/deepspeed_configs/"
+                          "huggingface--transformers--tests__deepspeed__ds_config_zero3.json";
+  const std::string run = "train --deepspeed " + cfg + " --preset tiny --data " +
+                          (dir_ / "sample.h5").string() + " --out " + (dir_ / "zero_lr").string() +
+                          " --seq-len 32 --micro-batch 2 --log-every 0 --lr 2e-4 --overwrite";
+  auto r = train_test::run_zerotrain(run + " --steps 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output,
+                       "warning: the learning rate is 0 at every step of this run (steps 1-2, "
+                       "WarmupLR from --warmup-start-lr 0): the weights will not change"))
+      << r.output;
+  r = train_test::run_zerotrain(run + " --steps 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(contains(r.output, "the learning rate is 0 at every step")) << r.output;
+}
+
 TEST_F(DeepSpeedE2E, ParamOffloadToNvmeIsRefusedNamingTheKey) {
   const std::string cfg = (dir_ / "nvme_param.json").string();
   std::ofstream(cfg) << R"({"zero_optimization": {"stage": 3,
