@@ -35,9 +35,11 @@ if g is None:
     print("no cuda_graphs in report.json")
 else:
     state = "on" if g["on"] else "off (%s)" % g["off_reason"]
-    print("%s; %d micro-batches replayed, %d op by op, %d recorded, %d dropped" % (
+    failed = g.get("failed_recordings", 0)
+    print("%s; %d micro-batches replayed, %d op by op, %d recorded, %d dropped%s" % (
         state, g["replayed_micro_batches"], g["eager_micro_batches"], g["recorded"],
-        g["dropped"]))' "$2" 2>/dev/null) || line="no report.json"
+        g["dropped"], "; %d recording(s) failed, the last: %s" % (failed, g["last_failure"])
+        if failed else ""))' "$2" 2>/dev/null) || line="no report.json"
   say "$1: graphs $line"
 }
 

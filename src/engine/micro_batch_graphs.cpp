@@ -38,12 +38,19 @@ bool MicroBatchGraphs::record(Pair& pair, const Pass& forward, const Pass& backw
   std::unique_ptr<CapturedWork> f = be_.capture(forward, why_not);
   std::unique_ptr<CapturedWork> b = f ? be_.capture(backward, why_not) : nullptr;
   if (!f || !b) {
-    report_.off_reason = "recording a micro-batch failed: " + why_not;
-    pairs_.clear();
+    ++report_.failed;
+    report_.last_failure = why_not;
+    if (pair.failed_last) {
+      report_.off_reason = "recording a micro-batch failed twice in a row: " + why_not;
+      pairs_.clear();  // `pair` with them
+      return false;
+    }
+    pair.failed_last = true;
     return false;
   }
   pair.forward = std::move(f);
   pair.backward = std::move(b);
+  pair.failed_last = false;
   ++report_.recorded;
   return true;
 }

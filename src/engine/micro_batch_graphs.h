@@ -34,11 +34,13 @@ class MicroBatchGraphs {
 
   // What the run did (run.json's "cuda_graphs").
   struct Report {
-    std::string off_reason;  // why graphs are not used (empty while they are)
-    int64_t recorded = 0;    // pairs of recordings made
-    int64_t replayed = 0;    // micro-batches replayed
-    int64_t eager = 0;       // micro-batches run op by op
-    int64_t dropped = 0;     // pairs dropped because a backend moved a buffer of its own
+    std::string off_reason;    // why graphs are not used (empty while they are)
+    int64_t recorded = 0;      // pairs of recordings made
+    int64_t replayed = 0;      // micro-batches replayed
+    int64_t eager = 0;         // micro-batches run op by op
+    int64_t dropped = 0;       // pairs dropped because a backend moved a buffer of its own
+    int64_t failed = 0;        // recordings that failed (each micro-batch then ran op by op)
+    std::string last_failure;  // why the latest one failed
   };
 
   // `why_not`: empty when this engine's micro-batches can be recorded; otherwise every
@@ -51,8 +53,11 @@ class MicroBatchGraphs {
   // One micro-batch of `key`: forward, then backward, each through `timed`. A key seen for the
   // first time runs op by op (its first run makes the backend's plans, tables and workspaces);
   // at its second sighting both passes are recorded and replayed, and replayed from then on.
-  // When `eager_only` (document masks), op by op. If a recording fails, graphs turn off for the
-  // run (the report says why) and the micro-batch runs op by op: nothing of a failed recording ran.
+  // When `eager_only` (document masks), op by op. If a recording fails, the micro-batch runs op by
+  // op (nothing of a failed recording ran) and the key is recorded again at its next sighting:
+  // the op-by-op run between may have made what the recording lacked (first-use work, such as a
+  // larger workspace, that a recording cannot hold). A key's second failure in a row turns graphs
+  // off for the run, and the report says why.
   void run(const Key& key, bool eager_only, const Pass& forward, const Pass& backward,
            const TimedPass& timed);
   bool on() const { return report_.off_reason.empty(); }
@@ -62,6 +67,7 @@ class MicroBatchGraphs {
   struct Pair {
     Key key;
     std::unique_ptr<CapturedWork> forward, backward;  // null until recorded
+    bool failed_last = false;  // the key's last recording failed: a second failure turns off
   };
   // The key's pair, made if new.
   Pair& pair_for(const Key& key, bool& is_new);

@@ -214,12 +214,17 @@ BackendTallies backend_tallies(const Backend& backend, const MicroBatchGraphs::R
                                      {"recorded", graphs->recorded},
                                      {"replayed_micro_batches", graphs->replayed},
                                      {"eager_micro_batches", graphs->eager},
-                                     {"dropped", graphs->dropped}};
+                                     {"dropped", graphs->dropped},
+                                     {"failed_recordings", graphs->failed},
+                                     {"last_failure", graphs->last_failure}};
     tallies.log_lines.push_back(
         "CUDA graphs: " + std::string(on ? "on" : "off (" + graphs->off_reason + ")") + ", " +
         std::to_string(graphs->replayed) + " micro-batches replayed, " +
         std::to_string(graphs->eager) + " op by op, " + std::to_string(graphs->recorded) +
-        " recorded, " + std::to_string(graphs->dropped) + " dropped");
+        " recorded, " + std::to_string(graphs->dropped) + " dropped" +
+        (graphs->failed > 0 ? ", " + std::to_string(graphs->failed) +
+                                  " recording(s) failed (the last: " + graphs->last_failure + ")"
+                            : std::string()));
   }
   if (const std::optional<GemmTuningReport> gemm = backend.gemm_tuning_report()) {
     tallies.fields["gemm_algorithms"] = gemm_tuning_json(*gemm);

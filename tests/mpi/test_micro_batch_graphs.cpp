@@ -51,7 +51,8 @@ struct Case {
   bool selective_checkpointing = false;
   bool eval_between_steps = false;   // an evaluation pass after every step
   int move_buffers_before_step = 0;  // the backend moves a buffer of its own before this step
-  int recordings_allowed = -1;       // the device refuses every recording after these (-1: none)
+  int recordings_allowed = -1;       // the device refuses the recordings after these (-1: none)
+  int recordings_refused = -1;       // ... that many of them (-1: every one)
 };
 
 struct Outcome {
@@ -123,7 +124,7 @@ Outcome train(const Case& c, bool graphs, Communicator& host) {
   auto cpu = make_cpu_backend();
   std::unique_ptr<Backend> backend = make_guarded_backend(*cpu, device);
   std::unique_ptr<Communicator> data = make_guarded_communicator(host, device);
-  device.refuse_recordings_after(c.recordings_allowed);
+  device.refuse_recordings_after(c.recordings_allowed, c.recordings_refused);
   const EngineSpec spec = spec_for(c);
   MemoryTracker memory(backend->device_memory());
   ZeroEngine engine(spec, *backend, *data, memory, &host);
@@ -235,19 +236,30 @@ TEST_F(MicroBatchGraphsTest, RecordingsAreDroppedWhenTheBackendMovesItsBuffers) 
   expect_counts(same_bits(c, "moved").report, 2, kSteps - 1, 1, 1, "moved");
 }
 
-// A recording that fails turns graphs off for the run: the device refuses the forward's, or the
-// backward's after the forward's was made (which is dropped, unreplayed).
-TEST_F(MicroBatchGraphsTest, AFailedRecordingTurnsGraphsOffAndRunsOpByOp) {
+// A recording that fails runs its micro-batch op by op and is made again at the key's next
+// sighting; a second failure in a row turns graphs off for the run. The device refuses the
+// forward's recording (1 recording used by the attempt) or the backward's after the forward's
+// was made (2, the forward's dropped unreplayed).
+TEST_F(MicroBatchGraphsTest, AFailedRecordingIsMadeAgainOnceThenGraphsTurnOff) {
   for (const int allowed : {0, 1}) {
     Case c;
     c.recordings_allowed = allowed;
     const std::string label = "recordings refused after " + std::to_string(allowed);
     const MicroBatchGraphs::Report r = same_bits(c, label).report;
-    EXPECT_NE(r.off_reason.find("recording a micro-batch failed"), std::string::npos)
+    EXPECT_NE(r.off_reason.find("recording a micro-batch failed twice in a row"), std::string::npos)
         << label << ": " << r.off_reason;
+    EXPECT_EQ(r.failed, 2) << label;  // steps 2 and 3
     EXPECT_EQ(r.recorded, 0) << label;
     EXPECT_EQ(r.replayed, 0) << label;
     EXPECT_EQ(r.eager, kSteps) << label;
+    // One refusal only: step 2 runs op by op, step 3 records, and steps 3-6 replay.
+    c.recordings_refused = 1;
+    const std::string once = label + ", once";
+    const MicroBatchGraphs::Report retried = same_bits(c, once).report;
+    expect_counts(retried, 1, kSteps - 2, 2, 0, once);
+    EXPECT_EQ(retried.failed, 1) << once;
+    EXPECT_NE(retried.last_failure.find("refuses the recording"), std::string::npos)
+        << once << ": " << retried.last_failure;
   }
 }
 

@@ -65,15 +65,21 @@ class GuardedDeviceMemory final : public DeviceMemory {
   // one. Nothing recorded reads its arguments again: a replay runs every op as it was issued.
   void begin_recording(std::vector<std::function<void()>>* ops) {
     recording_ = ops;
-    refusing_ = recordings_allowed_ >= 0 && recordings_made_++ >= recordings_allowed_;
+    const int made = recordings_made_++;
+    refusing_ = recordings_allowed_ >= 0 && made >= recordings_allowed_ &&
+                (refused_count_ < 0 || made < recordings_allowed_ + refused_count_);
   }
   void end_recording() { recording_ = nullptr; }
   bool recording() const { return recording_ != nullptr; }
   // Runs `op` in an access scope now, or records it to run in one at each replay.
   void issue(std::function<void()> op);
   void refuse_while_recording(const char* what) const;
-  // A test's: every recording after the first `allowed` fails at its first op (-1: none fails).
-  void refuse_recordings_after(int allowed) { recordings_allowed_ = allowed; }
+  // A test's: the `count` recordings after the first `allowed` fail at their first op (count -1:
+  // every one after them; allowed -1: none fails).
+  void refuse_recordings_after(int allowed, int count = -1) {
+    recordings_allowed_ = allowed;
+    refused_count_ = count;
+  }
   // The count Backend::own_buffers_moved reports; a test moves "a buffer of the backend's own".
   void move_own_buffer() { ++own_buffer_moves_; }
   uint64_t own_buffer_moves() const { return own_buffer_moves_; }
@@ -125,7 +131,7 @@ class GuardedDeviceMemory final : public DeviceMemory {
   uint64_t copies_issued_ = 0;
   std::vector<std::function<void()>>* recording_ = nullptr;
   uint64_t own_buffer_moves_ = 0;
-  int recordings_allowed_ = -1, recordings_made_ = 0;
+  int recordings_allowed_ = -1, recordings_made_ = 0, refused_count_ = -1;
   bool refusing_ = false;  // the recording under way is refused
   uint64_t next_token_ = 1;
   int depth_ = 0;
