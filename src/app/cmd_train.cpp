@@ -548,7 +548,8 @@ int run_training(TrainOptions o) {
   std::unique_ptr<StepProfiling> profiling;
   run_collectively(comm, [&] {
     profiling = std::make_unique<StepProfiling>(
-        o.profile, o.out, is_root, o.profile.on() ? backend->make_kernel_profiler() : nullptr);
+        o.profile, o.out, is_root, o.profile.on() ? backend->make_kernel_profiler() : nullptr,
+        /*trace_from_first_step=*/o.cuda_graphs);
   });
   // The engine outlives the loop's lambda, like the device: a rank-local error is reported
   // while both are alive, and ends the job (report_rank_local_errors_here).

@@ -50,11 +50,12 @@ void check_profile_steps(const ProfileSteps& p, int64_t steps) {
 }
 
 StepProfiling::StepProfiling(ProfileSteps steps, std::string out_dir, bool records,
-                             std::unique_ptr<KernelProfiler> profiler)
+                             std::unique_ptr<KernelProfiler> profiler, bool trace_from_first_step)
     : steps_(steps),
       out_dir_(std::move(out_dir)),
       records_(records),
-      profiler_(std::move(profiler)) {
+      profiler_(std::move(profiler)),
+      trace_from_first_step_(trace_from_first_step) {
   ZT_CHECK(!steps_.on() || profiler_, "--profile-steps: no kernel profiler");
 }
 
@@ -73,12 +74,26 @@ void StepProfiling::before_step(int64_t step) {
               << "): no kernel profile\n";
     said_past_ = true;
   }
-  if (step < steps_.first || step > steps_.last) return;
+  if (step > steps_.last) return;
+  // Tracing from the first step: a CUDA graph instantiated before tracing began may not show its
+  // kernels; what the steps before the window recorded is dropped at each step.
+  if (step < steps_.first) {
+    if (trace_from_first_step_) trace_afresh();
+    return;
+  }
   if (started_at_ == 0) {
-    profiler_->start();
+    trace_afresh();
     started_at_ = step;
   }
   windows_.push_back({profiler_->now(), 0});
+}
+
+void StepProfiling::trace_afresh() {
+  if (tracing_)
+    profiler_->discard();
+  else
+    profiler_->start();
+  tracing_ = true;
 }
 
 void StepProfiling::after_step(int64_t step) {

@@ -30,8 +30,11 @@ void check_profile_steps(const ProfileSteps& p, int64_t steps);
 // every rank alike) and left idle.
 class StepProfiling {
  public:
+  // `trace_from_first_step`: the profiler records from the run's first step, what it recorded
+  // before the window dropped at each step (the window's figures are the same). For CUDA graphs
+  // (train --cuda-graphs on): graphs recorded before the tracing began may show no kernels.
   StepProfiling(ProfileSteps steps, std::string out_dir, bool records,
-                std::unique_ptr<KernelProfiler> profiler);
+                std::unique_ptr<KernelProfiler> profiler, bool trace_from_first_step = false);
   // A run that ends inside the window says on stderr that no profile was written.
   ~StepProfiling();
   StepProfiling(const StepProfiling&) = delete;
@@ -43,12 +46,15 @@ class StepProfiling {
   void after_step(int64_t step);
 
  private:
+  // Starts the profiler, or drops what it recorded so far when it runs.
+  void trace_afresh();
   ProfileSteps steps_;
   std::string out_dir_;
   bool records_;
   std::unique_ptr<KernelProfiler> profiler_;
   int64_t started_at_ = 0, last_step_ = 0;
   bool said_past_ = false;
+  bool trace_from_first_step_ = false, tracing_ = false;  // tracing_: the profiler started
   std::vector<ProfileWindow> windows_;
 };
 

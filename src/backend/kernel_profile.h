@@ -116,8 +116,10 @@ class KernelProfiler {
     std::vector<DeviceActivity> activities;
     int64_t dropped_records = 0, untimed_records = 0;
   };
-  // The activities since start(); waits for the device first.
+  // The activities since start(), or since the last discard(); waits for the device first.
   virtual Recording stop() = 0;
+  // Drops what was recorded so far and goes on recording (waits for the device first).
+  virtual void discard() = 0;
 };
 
 }  // namespace zt

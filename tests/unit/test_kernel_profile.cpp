@@ -267,6 +267,7 @@ class FakeProfiler final : public KernelProfiler {
     calls_.push_back("now " + std::to_string(clock_));
     return clock_;
   }
+  void discard() override { calls_.push_back("discard"); }
   Recording stop() override {
     calls_.push_back("stop");
     Recording r;
@@ -288,9 +289,11 @@ class StepProfilingTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   // Runs steps from..to through a StepProfiling of `window`; returns the profiler's calls.
-  std::vector<std::string> run(ProfileSteps window, int64_t from, int64_t to, bool records) {
+  std::vector<std::string> run(ProfileSteps window, int64_t from, int64_t to, bool records,
+                               bool trace_from_first_step = false) {
     std::vector<std::string> calls;
-    StepProfiling p(window, dir_, records, std::make_unique<FakeProfiler>(calls));
+    StepProfiling p(window, dir_, records, std::make_unique<FakeProfiler>(calls),
+                    trace_from_first_step);
     for (int64_t step = from; step <= to; ++step) {
       calls.push_back("step " + std::to_string(step));
       p.before_step(step);
@@ -328,6 +331,22 @@ TEST_F(StepProfilingTest, ResumeInsideStartsThereAndOtherRanksOrLateResumesRecor
   const std::vector<std::string> cut = run({2, 4}, 1, 3, true);  // the run ends inside
   EXPECT_EQ(cut.back(), "now 400");
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/kernel_profile.json"));
+}
+
+// For CUDA graphs the profiler records from the first step on (a graph instantiated before tracing
+// began may show no kernels): what it recorded before the window is dropped at each step, and the
+// window is the same as without.
+TEST_F(StepProfilingTest, TracingFromTheFirstStepDropsWhatCameBeforeTheWindow) {
+  const std::vector<std::string> calls = run({3, 4}, 1, 5, true, /*trace_from_first_step=*/true);
+  const std::vector<std::string> want = {"step 1",  "start",   "step 2",  "discard", "step 3",
+                                         "discard", "now 100", "now 200", "step 4",  "now 300",
+                                         "now 400", "stop",    "step 5"};
+  EXPECT_EQ(calls, want);
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(dir_ + "/kernel_profile.json"))["steps"], 2);
+  // Resumed inside the window: it starts there, as without.
+  const std::vector<std::string> inside = run({3, 4}, 4, 4, true, true);
+  EXPECT_EQ(inside, (std::vector<std::string>{"step 4", "start", "now 100", "now 200", "stop"}));
+  EXPECT_EQ(run({3, 4}, 1, 5, false, true).size(), 5u);  // a rank that does not record
 }
 
 TEST(KernelProfile, ProfileStepsAreParsedAndTheCpuBackendRefusesThem) {

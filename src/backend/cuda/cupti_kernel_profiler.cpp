@@ -241,6 +241,17 @@ class CuptiKernelProfiler final : public KernelProfiler {
     return r;
   }
 
+  void discard() override {
+    ZT_CHECK(recording_, "kernel profiler: discard() without start()");
+    ZT_CUDA_CHECK(cudaDeviceSynchronize());
+    check_cupti(g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+    size_t dropped = 0;  // read to reset: the count stop() reads starts here
+    g_cupti.dropped_records(nullptr, 0, &dropped);
+    std::lock_guard<std::mutex> hold(g_collected.lock);
+    g_collected.activities.clear();
+    g_collected.dropped = g_collected.untimed = 0;
+  }
+
  private:
   // Disables every kind and drops what was recorded, errors ignored (the destructor's and a
   // failed start's cleanup).
