@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -328,15 +329,17 @@ namespace {
 struct BinaryFormat {
   const char* name;
   bool table;
+  const char* reader = nullptr;  // the option that reads it, where it is not text or a table
 };
 
 // What a file is when it is compressed (gzip, xz, zstd, or pzstd's skippable frame first, bzip2),
-// Parquet or Arrow (a stream, as Hugging Face datasets writes its files, or an IPC file); nullopt
-// for anything else. `head`: its first bytes; `tail`: its last 4; `size`: its size. bzip2's "BZh"
-// is checked with its block size and its first block's magic, and Parquet's "PAR1" with the
-// footer's or, for a file cut short, the control character a page header starts with, since text
-// may start with either. An Arrow stream's continuation marker (0xFFFFFFFF) is no UTF-8 text; an
-// Arrow IPC file's magic is checked with the two zero bytes that pad it.
+// an llm.c token shard (its magic and version, as --bin reads them), Parquet or Arrow (a stream, as
+// Hugging Face datasets writes its files, or an IPC file); nullopt for anything else. `head`: its
+// first bytes; `tail`: its last 4; `size`: its size. bzip2's "BZh" is checked with its block size
+// and its first block's magic, and Parquet's "PAR1" with the footer's or, for a file cut short, the
+// control character a page header starts with, since text may start with either. An Arrow stream's
+// continuation marker (0xFFFFFFFF) is no UTF-8 text; an Arrow IPC file's magic is checked with the
+// two zero bytes that pad it.
 std::optional<BinaryFormat> binary_format(std::string_view head, std::string_view tail,
                                           int64_t size) {
   static constexpr std::pair<std::string_view, BinaryFormat> kMagics[] = {
@@ -358,6 +361,14 @@ std::optional<BinaryFormat> binary_format(std::string_view head, std::string_vie
       std::string_view("\t\n\r").find(head[4]) == std::string_view::npos;
   if (head.starts_with("PAR1") && ((size >= 12 && tail == "PAR1") || control_after_magic))
     return BinaryFormat{"a Parquet file", true};
+  // llm.c's shards: a 1024-byte header of int32 whose first two are the magic and its version.
+  if (head.size() >= 8 && size >= 1024) {
+    int32_t magic = 0, version = 0;
+    std::memcpy(&magic, head.data(), 4);
+    std::memcpy(&version, head.data() + 4, 4);
+    if ((magic == kLlmcMagic && version == 1) || (magic == kLlmcLlama3Magic && version == 7))
+      return BinaryFormat{"an llm.c token shard", false, "--bin"};
+  }
   return std::nullopt;
 }
 
@@ -377,8 +388,9 @@ void check_not_binary(const std::string& path) {
   const std::optional<BinaryFormat> format = binary_format(head, tail, size);
   ZT_CHECK(!format, "text file '" + path + "' is " + format->name +
                         ": byte-level tokens would learn its bytes as text (" +
-                        (format->table ? "--tokenizer with --jsonl reads its rows)"
-                                       : "decompress it, or give --tokenizer, which reads it)"));
+                        (format->reader  ? std::string(format->reader) + " reads it)"
+                         : format->table ? "--tokenizer with --jsonl reads its rows)"
+                                         : "decompress it, or give --tokenizer, which reads it)"));
 }
 
 // Byte-level tokenizer: every byte of the file is one token, and the file is one document.

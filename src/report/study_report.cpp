@@ -139,17 +139,37 @@ std::vector<nlohmann::json> steps_at_layout(const std::vector<nlohmann::json>& m
   return kept;
 }
 
+// "d64 L2 H4/2 V256 (0.46M)" from run.json's model config and parameter count.
+std::string model_label(const nlohmann::json& run) {
+  const nlohmann::json m = run.value("model", nlohmann::json::object());
+  const auto n = [&](const char* key) { return std::to_string(m.value(key, int64_t{0})); };
+  std::string label = "d" + n("hidden_size") + " L" + n("num_hidden_layers") + " H" +
+                      n("num_attention_heads") + "/" + n("num_key_value_heads") + " V" +
+                      n("vocab_size");
+  if (run.contains("parameters") && run["parameters"].is_number())
+    label += " (" + fixed(run["parameters"].get<double>() / 1e6, 2) + "M)";
+  return label;
+}
+
 ScalingRow row_of(const RunData& r) {
   const nlohmann::json& c = r.run.at("config");
   ScalingRow row;
+  row.dir = r.dir;
   row.run = fs::path(r.dir).filename().string();
   if (row.run.empty()) row.run = fs::path(r.dir).parent_path().filename().string();
+  row.model = model_label(r.run);
   row.stage = c.value("zero_stage", 0);
   row.ranks = r.run.value("world_size", 1);
   row.micro_batch = c.value("micro_batch", int64_t{0});
   row.grad_accum = c.value("grad_accum", int64_t{0});
   row.seq_len = c.value("seq_len", int64_t{0});
   row.checkpointing = c.value("activation_checkpointing", std::string("none"));
+  row.precision = c.value("precision", std::string("bf16"));
+  row.comparison = r.run.value("model", nlohmann::json::object()).dump() + " T" +
+                   std::to_string(row.seq_len) + " B" + std::to_string(row.micro_batch) + "x" +
+                   std::to_string(row.grad_accum) + " " + row.checkpointing + " " + row.precision +
+                   " " + c.value("offload_optimizer", std::string("none")) + "/" +
+                   c.value("offload_param", std::string("none"));
   const std::vector<nlohmann::json> here = steps_at_layout(r.metrics, row.ranks, row.stage);
   row.tokens_per_s = mean_after_first(here, "tokens_per_s").value_or(0.0);
   row.tokens_per_s_per_rank = row.tokens_per_s / std::max(1, row.ranks);
@@ -235,19 +255,36 @@ RunData load_run_dir(const std::string& dir) {
   return r;
 }
 
+namespace {
+
+// Two runs of one directory name (a/run, b/run) are told apart by their parents' names.
+void name_runs_apart(std::vector<ScalingRow>& rows) {
+  std::map<std::string, int> uses;
+  for (const auto& row : rows) ++uses[row.run];
+  for (auto& row : rows)
+    if (uses[row.run] > 1) {
+      const fs::path dir = fs::path(row.dir).filename().empty() ? fs::path(row.dir).parent_path()
+                                                                : fs::path(row.dir);
+      row.run = (dir.parent_path().filename() / dir.filename()).string();
+    }
+}
+
+}  // namespace
+
 std::vector<ScalingRow> scaling_rows(const std::vector<RunData>& runs) {
   std::vector<ScalingRow> rows;
   for (const auto& r : runs) rows.push_back(row_of(r));
+  name_runs_apart(rows);
   std::stable_sort(rows.begin(), rows.end(), [](const ScalingRow& a, const ScalingRow& b) {
-    return std::tie(a.stage, a.ranks, a.micro_batch, a.grad_accum) <
-           std::tie(b.stage, b.ranks, b.micro_batch, b.grad_accum);
+    return std::tie(a.stage, a.model, a.seq_len, a.micro_batch, a.grad_accum, a.comparison,
+                    a.ranks) < std::tie(b.stage, b.model, b.seq_len, b.micro_batch, b.grad_accum,
+                                        b.comparison, b.ranks);
   });
-  // Baseline per stage: its 1-rank run if any, else its smallest rank count (first in order).
-  std::map<int, const ScalingRow*> baseline;
-  for (const auto& row : rows)
-    if (!baseline.count(row.stage)) baseline[row.stage] = &row;
+  // Baseline per stage and comparison: its run of the fewest ranks (first in order).
+  std::map<std::pair<int, std::string>, const ScalingRow*> baseline;
+  for (const auto& row : rows) baseline.emplace(std::make_pair(row.stage, row.comparison), &row);
   for (auto& row : rows) {
-    const ScalingRow& base = *baseline[row.stage];
+    const ScalingRow& base = *baseline.at({row.stage, row.comparison});
     row.baseline_ranks = base.ranks;
     if (base.tokens_per_s_per_rank > 0)
       row.efficiency = row.tokens_per_s_per_rank / base.tokens_per_s_per_rank;
@@ -255,20 +292,37 @@ std::vector<ScalingRow> scaling_rows(const std::vector<RunData>& runs) {
   return rows;
 }
 
+namespace {
+
+// A note when the rows are not one comparison (other models, sequence lengths, batch shapes,
+// ...): their throughputs compare only within each, as the efficiency column does.
+std::string comparisons_note(const std::vector<ScalingRow>& rows) {
+  std::set<std::string> comparisons;
+  for (const auto& r : rows) comparisons.insert(r.comparison);
+  if (comparisons.size() < 2) return "";
+  return " **The runs are " + std::to_string(comparisons.size()) +
+         " comparisons:** they differ in the model, sequence length, micro-batch, grad-accum, "
+         "checkpointing, precision or offload; tokens/s compare only within one, and each row's "
+         "efficiency is against its own.";
+}
+
+}  // namespace
+
 std::string scaling_table_markdown(const std::vector<ScalingRow>& rows) {
   std::ostringstream md;
-  md << "| run | stage | ranks | micro-batch | grad-accum | checkpointing | tokens/s | tokens/s "
-        "per rank | scaling efficiency | MFU | comm bytes/step/rank | eval loss (windows) |";
+  md << "| run | model | stage | ranks | seq-len | micro-batch | grad-accum | checkpointing | "
+        "tokens/s | tokens/s per rank | scaling efficiency | MFU | comm bytes/step/rank | eval "
+        "loss (windows) |";
   for (const char* cat : kMemoryCategories) md << " " << cat << " MiB |";
-  md << "\n|---|---|---|---|---|---|---|---|---|---|---|---|";
+  md << "\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
   for (size_t i = 0; i < std::size(kMemoryCategories); ++i) md << "---|";
   md << "\n";
   bool estimated = false;
   for (const auto& r : rows) {
     estimated = estimated || r.estimated_memory.is_object();
-    md << "| " << r.run << " | " << r.stage << " | " << r.ranks << " | " << r.micro_batch << " | "
-       << r.grad_accum << " | " << r.checkpointing << " | " << fixed(r.tokens_per_s, 1) << " | "
-       << fixed(r.tokens_per_s_per_rank, 1) << " | "
+    md << "| " << r.run << " | " << r.model << " | " << r.stage << " | " << r.ranks << " | "
+       << r.seq_len << " | " << r.micro_batch << " | " << r.grad_accum << " | " << r.checkpointing
+       << " | " << fixed(r.tokens_per_s, 1) << " | " << fixed(r.tokens_per_s_per_rank, 1) << " | "
        << (r.efficiency ? fixed(*r.efficiency, 3) + " (vs " + std::to_string(r.baseline_ranks) +
                               " rank" + (r.baseline_ranks == 1 ? "" : "s") + ")"
                         : std::string("n/a"))
@@ -283,12 +337,25 @@ std::string scaling_table_markdown(const std::vector<ScalingRow>& rows) {
   md << "\nMemory cells: peak MiB per rank (largest over ranks)"
      << (estimated ? " / estimate of engine/estimator.h for the same configuration."
                    : "; measured only (no estimate available).")
-     << " Scaling efficiency: tokens/s per rank relative to the same stage's 1-rank run, or its "
-        "smallest rank count. MFU is n/a on the CPU backend (no meaningful peak). Eval loss: "
-        "report.json's end-of-training evaluation and the windows it scored."
-     << eval_windows_note(rows) << "\n";
+     << " Scaling efficiency: tokens/s per rank relative to the run of the fewest ranks with the "
+        "same stage, model, sequence length, micro-batch, grad-accum, checkpointing, precision "
+        "and offload (1 rank where there is one). Tokens/s: the mean over each process's steps "
+        "after its first (a 1-step run's only step). MFU is n/a on the CPU backend (no meaningful "
+        "peak). Eval loss: report.json's end-of-training evaluation and the windows it scored."
+     << eval_windows_note(rows) << comparisons_note(rows) << "\n";
   return md.str();
 }
+
+namespace {
+
+// A CSV field in quotes, its own quotes doubled.
+std::string csv_quoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char ch : text) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return out + "\"";
+}
+
+}  // namespace
 
 std::string scaling_table_csv(const std::vector<ScalingRow>& rows) {
   std::ostringstream csv;
@@ -297,7 +364,7 @@ std::string scaling_table_csv(const std::vector<ScalingRow>& rows) {
          "final_loss,eval_loss,eval_windows";
   for (const char* cat : kMemoryCategories) csv << ",peak_" << cat << "_bytes";
   for (const char* cat : kMemoryCategories) csv << ",estimated_" << cat << "_bytes";
-  csv << "\n";
+  csv << ",model,precision,dir\n";
   for (const auto& r : rows) {
     csv << r.run << "," << r.stage << "," << r.ranks << "," << r.micro_batch << "," << r.grad_accum
         << "," << r.seq_len << "," << r.checkpointing << "," << fixed(r.tokens_per_s, 3) << ","
@@ -311,10 +378,62 @@ std::string scaling_table_csv(const std::vector<ScalingRow>& rows) {
       csv << ","
           << (r.estimated_memory.is_object() ? std::to_string(r.estimated_memory.value(cat, 0))
                                              : std::string());
-    csv << "\n";
+    csv << "," << csv_quoted(r.model) << "," << r.precision << "," << csv_quoted(r.dir) << "\n";
   }
   return csv.str();
 }
+
+namespace {
+
+// scaling.json's row: every column of scaling.csv.
+nlohmann::json row_json(const ScalingRow& r) {
+  return {{"run", r.run},
+          {"dir", r.dir},
+          {"model", r.model},
+          {"stage", r.stage},
+          {"ranks", r.ranks},
+          {"seq_len", r.seq_len},
+          {"micro_batch", r.micro_batch},
+          {"grad_accum", r.grad_accum},
+          {"checkpointing", r.checkpointing},
+          {"precision", r.precision},
+          {"tokens_per_s", r.tokens_per_s},
+          {"tokens_per_s_per_rank", r.tokens_per_s_per_rank},
+          {"scaling_efficiency", r.efficiency ? nlohmann::json(*r.efficiency) : nullptr},
+          {"baseline_ranks", r.baseline_ranks},
+          {"mfu", r.mfu ? nlohmann::json(*r.mfu) : nullptr},
+          {"peak_memory_bytes", r.measured_memory},
+          {"estimated_memory_bytes", r.estimated_memory},
+          {"comm_bytes_per_step", r.comm_bytes_per_step},
+          {"final_loss", r.final_loss},
+          {"eval", r.eval_loss ? nlohmann::json{{"loss", *r.eval_loss},
+                                                {"windows", r.eval_windows},
+                                                {"data", r.eval_data}}
+                               : nlohmann::json(nullptr)}};
+}
+
+// Tokens/s against ranks, one line per stage and comparison (named by what tells them apart
+// when the rows are several comparisons).
+LinePlot throughput_plot(const std::vector<ScalingRow>& rows) {
+  std::set<std::string> comparisons;
+  for (const auto& r : rows) comparisons.insert(r.comparison);
+  LinePlot throughput{"Throughput vs ranks", "ranks", "tokens/s", true, true, {}};
+  std::map<std::pair<int, std::string>, PlotSeries> lines;
+  for (const auto& r : rows) {
+    PlotSeries& s = lines[{r.stage, r.comparison}];
+    s.label = "ZeRO-" + std::to_string(r.stage);
+    if (comparisons.size() > 1)
+      s.label += " " + r.model + " T" + std::to_string(r.seq_len) + " mb" +
+                 std::to_string(r.micro_batch) + "x" + std::to_string(r.grad_accum) + " " +
+                 r.checkpointing + " " + r.precision;
+    s.x.push_back(r.ranks);
+    s.y.push_back(r.tokens_per_s);
+  }
+  for (auto& [key, s] : lines) throughput.series.push_back(s);
+  return throughput;
+}
+
+}  // namespace
 
 std::vector<std::string> write_study_report(const std::vector<RunData>& runs,
                                             const std::string& out_dir) {
@@ -332,38 +451,13 @@ std::vector<std::string> write_study_report(const std::vector<RunData>& runs,
     written.push_back(out_dir + "/" + name);
   };
   nlohmann::json table = nlohmann::json::array();
-  for (const auto& r : rows)
-    table.push_back({{"run", r.run},
-                     {"stage", r.stage},
-                     {"ranks", r.ranks},
-                     {"micro_batch", r.micro_batch},
-                     {"grad_accum", r.grad_accum},
-                     {"tokens_per_s", r.tokens_per_s},
-                     {"tokens_per_s_per_rank", r.tokens_per_s_per_rank},
-                     {"scaling_efficiency", r.efficiency ? nlohmann::json(*r.efficiency) : nullptr},
-                     {"mfu", r.mfu ? nlohmann::json(*r.mfu) : nullptr},
-                     {"peak_memory_bytes", r.measured_memory},
-                     {"estimated_memory_bytes", r.estimated_memory},
-                     {"comm_bytes_per_step", r.comm_bytes_per_step},
-                     {"eval", r.eval_loss ? nlohmann::json{{"loss", *r.eval_loss},
-                                                           {"windows", r.eval_windows},
-                                                           {"data", r.eval_data}}
-                                          : nlohmann::json(nullptr)}});
-
-  LinePlot throughput{"Throughput vs ranks", "ranks", "tokens/s", true, true, {}};
-  std::map<int, PlotSeries> by_stage;
-  for (const auto& r : rows) {
-    PlotSeries& s = by_stage[r.stage];
-    s.label = "ZeRO-" + std::to_string(r.stage);
-    s.x.push_back(r.ranks);
-    s.y.push_back(r.tokens_per_s);
-  }
-  for (auto& [stage, s] : by_stage) throughput.series.push_back(s);
+  for (const auto& r : rows) table.push_back(row_json(r));
+  write("throughput_vs_ranks.svg", render_svg(throughput_plot(rows)));
 
   BarChart memory{"Peak memory per rank by run", "MiB", {}, {}};
   for (const char* cat : kMemoryCategories) memory.series.push_back({cat, {}, {}});
   for (const auto& r : rows) {
-    memory.categories.push_back("Z" + std::to_string(r.stage) + " x" + std::to_string(r.ranks));
+    memory.categories.push_back(r.run);
     for (size_t c = 0; c < std::size(kMemoryCategories); ++c)
       memory.series[c].y.push_back(mib(r.measured_memory.value(kMemoryCategories[c], 0.0)));
   }
@@ -383,7 +477,6 @@ std::vector<std::string> write_study_report(const std::vector<RunData>& runs,
                           "\n![loss](loss_curves.svg)\n");
   write("scaling.csv", scaling_table_csv(rows));
   write("scaling.json", table.dump(2) + "\n");
-  write("throughput_vs_ranks.svg", render_svg(throughput));
   write("memory_per_rank.svg", render_svg(memory));
   write("loss_curves.svg", render_svg(losses));
   return written;

@@ -23,14 +23,22 @@ struct RunData {
 RunData load_run_dir(const std::string& dir);
 
 struct ScalingRow {
-  std::string run;  // directory name
+  std::string run;    // directory name (with its parent's where two runs share one)
+  std::string dir;    // the directory as given
+  std::string model;  // "d64 L2 H4/2 V256 (0.46M)": hidden size, layers, heads/kv heads, vocab
   int stage = 0;
   int ranks = 1;
   int64_t micro_batch = 0, grad_accum = 0, seq_len = 0;
   std::string checkpointing;
+  std::string precision;
+  // What a per-rank throughput compares across: the model's config, the sequence length, the
+  // micro-batch and grad-accum, checkpointing, precision and offload. Efficiency is within the
+  // rows of one stage and one comparison.
+  std::string comparison;
   double tokens_per_s = 0;           // mean over steps after the first (all of them if one)
   double tokens_per_s_per_rank = 0;  // tokens_per_s / ranks
-  std::optional<double> efficiency;  // per-rank throughput vs the same stage's baseline run
+  std::optional<double> efficiency;  // per-rank throughput vs its stage's and comparison's
+                                     // run of the fewest ranks
   int baseline_ranks = 0;            // that baseline's rank count (1 when present)
   std::optional<double> mfu;         // mean MFU (none on CPU)
   nlohmann::json measured_memory;    // max over ranks of each category's peak bytes
@@ -44,7 +52,8 @@ struct ScalingRow {
   std::string eval_data;
 };
 
-// One row per run, sorted by (stage, ranks, micro-batch, grad-accum); efficiency filled in.
+// One row per run, sorted by stage, model, sequence length, micro-batch, grad-accum, then ranks;
+// efficiency filled in.
 std::vector<ScalingRow> scaling_rows(const std::vector<RunData>& runs);
 
 // With an eval column, and a warning beside it when the rows' evaluations scored different windows

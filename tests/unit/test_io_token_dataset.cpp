@@ -67,6 +67,16 @@ TEST(IoTokenDataset, TextFilesRoundTripAsBytes) {
   EXPECT_NO_THROW(d.check_max_token(256));
 }
 
+// An llm.c shard's bytes: its 256 int32 header (magic, version, 4 tokens) and 4 uint16 tokens.
+std::string llmc_shard(int32_t magic, int32_t version) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = magic;
+  header[1] = version;
+  header[2] = 4;
+  std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+  return bytes + std::string(8, '\x01');
+}
+
 // A compressed file or a Parquet file given as byte-level text is refused naming the file and
 // its format (its bytes would be learned as text); text that merely starts like bzip2's "BZh" or
 // Parquet's "PAR1" is text. The heads are those gzip, xz, zstd, pzstd (a skippable frame first),
@@ -82,7 +92,9 @@ TEST(IoTokenDataset, CompressedParquetOrArrowFilesAreNotByteLevelText) {
       {"PAR1\x15\x04restPAR1", "a Parquet file"},
       {"PAR1\x15\x04cut short", "a Parquet file"},
       {std::string("\xff\xff\xff\xff\xb8\x03\x00\x00", 8) + "rest", "an Arrow file"},
-      {std::string("ARROW1\x00\x00", 8) + "rest", "an Arrow file"}};
+      {std::string("ARROW1\x00\x00", 8) + "rest", "an Arrow file"},
+      {llmc_shard(kLlmcMagic, 1), "an llm.c token shard"},
+      {llmc_shard(kLlmcLlama3Magic, 7), "an llm.c token shard"}};
   for (const auto& [head, format] : heads) {
     testing::write_file(tmp / "data", head);
     try {
@@ -91,6 +103,9 @@ TEST(IoTokenDataset, CompressedParquetOrArrowFilesAreNotByteLevelText) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(tmp / "data"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find(format), std::string::npos) << e.what();
+      if (std::string(format) == "an llm.c token shard") {
+        EXPECT_NE(std::string(e.what()).find("--bin reads it"), std::string::npos) << e.what();
+      }
     }
     EXPECT_TRUE(testing::no_output_left(tmp / "o.h5"));
   }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,35 @@ TEST_F(ReportStudy, RowsCarryThroughputEfficiencyMemoryAndBytes) {
                         "memory_per_rank.svg", "loss_curves.svg"})
     EXPECT_TRUE(fs::exists(dir_ / "out" / f)) << f;
   EXPECT_EQ(files.size(), 6u);
+}
+
+// Runs of other batch shapes are other comparisons: each row's efficiency is against the run of
+// the fewest ranks of its own (the old rule took the stage's first run, giving the micro-batch-4
+// runs 2x against a micro-batch-2 run); two runs named "run" are told apart by their parents.
+TEST_F(ReportStudy, EfficiencyComparesRunsOfTheSameShapeOnly) {
+  std::vector<RunData> runs;
+  runs.push_back(load_run_dir(make_run("s3x1", 3, 1, 100)));
+  runs.push_back(load_run_dir(make_run("s3x2", 3, 2, 180)));
+  runs.push_back(load_run_dir(make_run("a/run", 3, 2, 400, {{"micro_batch", 4}})));
+  runs.push_back(load_run_dir(make_run("b/run", 3, 1, 250, {{"micro_batch", 4}})));
+  const auto rows = scaling_rows(runs);
+  ASSERT_EQ(rows.size(), 4u);
+  std::map<std::string, double> efficiency;
+  for (const auto& r : rows) efficiency[r.run] = r.efficiency.value_or(-1);
+  EXPECT_DOUBLE_EQ(efficiency["s3x1"], 1.0);
+  EXPECT_DOUBLE_EQ(efficiency["s3x2"], 0.9);
+  EXPECT_DOUBLE_EQ(efficiency["b/run"], 1.0);
+  EXPECT_DOUBLE_EQ(efficiency["a/run"], 0.8);
+  const std::string md = scaling_table_markdown(rows);
+  EXPECT_NE(md.find("The runs are 2 comparisons"), std::string::npos) << md;
+  EXPECT_EQ(scaling_table_markdown({rows[0], rows[1]}).find("comparisons:"), std::string::npos);
+  write_study_report(runs, (dir_ / "out").string());
+  const nlohmann::json table = nlohmann::json::parse(std::ifstream(dir_ / "out" / "scaling.json"));
+  ASSERT_EQ(table.size(), 4u);
+  for (const char* key :
+       {"dir", "model", "seq_len", "checkpointing", "precision", "baseline_ranks", "final_loss"})
+    EXPECT_TRUE(table[0].contains(key)) << key;
+  EXPECT_EQ(table[0]["model"], "d64 L2 H4/2 V256");
 }
 
 // A run resumed at another layout (steps 1-3 at 2 ranks, ZeRO-3; steps 4-6 at 1 rank, stage 1, as
