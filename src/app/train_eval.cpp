@@ -85,7 +85,8 @@ nlohmann::json eval_report_json(const StepEval& eval, const TrainEvalSet& set,
           {"loss_tokens", eval.loss_tokens},
           {"batches", set.rounds},
           {"windows", set.windows.windows},
-          {"micro_batch", world * o.micro_batch},
+          {"micro_batch", o.micro_batch},                // per rank, as run.json's
+          {"windows_per_round", world * o.micro_batch},  // every rank's micro-batch
           {"data", o.eval_data.empty() ? o.data : o.eval_data}};
 }
 

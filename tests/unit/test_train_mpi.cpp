@@ -82,6 +82,9 @@ std::vector<std::vector<nlohmann::json>> expect_same_losses_at_any_world_size(
     EXPECT_EQ(report["peak_memory_bytes_per_rank"].size(), static_cast<size_t>(run.np));
     EXPECT_EQ(report["world_size"].get<int>(), run.np);
     EXPECT_TRUE(fs::exists(t.path(out + "/final/config.json")));
+    // The eval's micro-batch is the rank's, as run.json's; a round scores every rank's.
+    EXPECT_EQ(report["eval"]["micro_batch"], 1) << out;
+    EXPECT_EQ(report["eval"]["windows_per_round"], run.np) << out;
     lines.push_back(report["eval"]);
     all.push_back(lines);
     const std::vector<nlohmann::json>& reference = all.front();
