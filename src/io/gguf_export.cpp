@@ -331,19 +331,20 @@ GgufOutType parse_gguf_out_type(const std::string& name) {
 }
 
 std::string gguf_model_name(const std::string& model_dir) {
-  const fs::path dir(strip_trailing_slashes(model_dir));
   std::error_code ec;
+  // "." and "..", a trailing slash: the directory they name.
+  fs::path dir = fs::absolute(fs::path(model_dir), ec).lexically_normal();
+  if (ec) dir = fs::path(model_dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();
   if (fs::is_regular_file(dir / kImportRecordFile, ec)) {
     const nlohmann::json record = read_json_file((dir / kImportRecordFile).string());
     const auto name = record.find("name");
     if (name != record.end() && name->is_string() && !name->get<std::string>().empty())
       return name->get<std::string>();
   }
-  const fs::path absolute = fs::absolute(dir, ec);
-  if (!ec && absolute.filename() == "final" &&
-      fs::is_regular_file(absolute.parent_path() / "run.json", ec))
-    return absolute.parent_path().filename().string();
-  return dir.filename().string();
+  if (dir.filename() == "final" && fs::is_regular_file(dir.parent_path() / "run.json", ec))
+    return dir.parent_path().filename().string();
+  return dir.filename().empty() ? "model" : dir.filename().string();
 }
 
 GgufExport export_gguf(const std::string& model_dir, const std::string& out_path, GgufOutType type,

@@ -53,19 +53,22 @@ double mib(double bytes) {
 // step's when there is no other).
 std::optional<double> mean_after_first(const std::vector<nlohmann::json>& metrics,
                                        const char* key) {
-  double sum = 0;
-  int n = 0;
-  for (size_t i = 0; i < metrics.size(); ++i) {
-    const auto mark = metrics[i].find("first_of_process");
-    const bool first = i == 0 || (mark != metrics[i].end() && mark->is_boolean() && *mark);
-    if (first && metrics.size() > 1) continue;
-    const auto it = metrics[i].find(key);
-    if (it == metrics[i].end() || !it->is_number()) continue;
-    sum += it->get<double>();
-    ++n;
+  // Over the steps after each process's first; over every step when none is (1-step runs).
+  for (const bool skip_firsts : {true, false}) {
+    double sum = 0;
+    int n = 0;
+    for (size_t i = 0; i < metrics.size(); ++i) {
+      const auto mark = metrics[i].find("first_of_process");
+      const bool first = i == 0 || (mark != metrics[i].end() && mark->is_boolean() && *mark);
+      if (first && skip_firsts) continue;
+      const auto it = metrics[i].find(key);
+      if (it == metrics[i].end() || !it->is_number()) continue;
+      sum += it->get<double>();
+      ++n;
+    }
+    if (n > 0) return sum / n;
   }
-  if (n == 0) return std::nullopt;
-  return sum / n;
+  return std::nullopt;
 }
 
 // The engine of a run.json written before it recorded its "engine": rebuilt from the options it
@@ -165,7 +168,8 @@ ScalingRow row_of(const RunData& r) {
   row.seq_len = c.value("seq_len", int64_t{0});
   row.checkpointing = c.value("activation_checkpointing", std::string("none"));
   row.precision = c.value("precision", std::string("bf16"));
-  row.comparison = r.run.value("model", nlohmann::json::object()).dump() + " T" +
+  row.comparison = r.run.value("backend", std::string()) + " " +
+                   r.run.value("model", nlohmann::json::object()).dump() + " T" +
                    std::to_string(row.seq_len) + " B" + std::to_string(row.micro_batch) + "x" +
                    std::to_string(row.grad_accum) + " " + row.checkpointing + " " + row.precision +
                    " " + c.value("offload_optimizer", std::string("none")) + "/" +
@@ -282,12 +286,13 @@ std::vector<ScalingRow> scaling_rows(const std::vector<RunData>& runs) {
   });
   // Baseline per stage and comparison: its run of the fewest ranks (first in order).
   std::map<std::pair<int, std::string>, const ScalingRow*> baseline;
-  for (const auto& row : rows) baseline.emplace(std::make_pair(row.stage, row.comparison), &row);
+  for (const auto& row : rows)  // a run without a figure (no step at its layout) is no baseline
+    if (row.tokens_per_s > 0) baseline.emplace(std::make_pair(row.stage, row.comparison), &row);
   for (auto& row : rows) {
-    const ScalingRow& base = *baseline.at({row.stage, row.comparison});
-    row.baseline_ranks = base.ranks;
-    if (base.tokens_per_s_per_rank > 0)
-      row.efficiency = row.tokens_per_s_per_rank / base.tokens_per_s_per_rank;
+    const auto base = baseline.find({row.stage, row.comparison});
+    if (base == baseline.end()) continue;
+    row.baseline_ranks = base->second->ranks;
+    row.efficiency = row.tokens_per_s_per_rank / base->second->tokens_per_s_per_rank;
   }
   return rows;
 }
@@ -301,7 +306,8 @@ std::string comparisons_note(const std::vector<ScalingRow>& rows) {
   for (const auto& r : rows) comparisons.insert(r.comparison);
   if (comparisons.size() < 2) return "";
   return " **The runs are " + std::to_string(comparisons.size()) +
-         " comparisons:** they differ in the model, sequence length, micro-batch, grad-accum, "
+         " comparisons:** they differ in the backend, model, sequence length, micro-batch, "
+         "grad-accum, "
          "checkpointing, precision or offload; tokens/s compare only within one, and each row's "
          "efficiency is against its own.";
 }
@@ -338,9 +344,10 @@ std::string scaling_table_markdown(const std::vector<ScalingRow>& rows) {
      << (estimated ? " / estimate of engine/estimator.h for the same configuration."
                    : "; measured only (no estimate available).")
      << " Scaling efficiency: tokens/s per rank relative to the run of the fewest ranks with the "
-        "same stage, model, sequence length, micro-batch, grad-accum, checkpointing, precision "
-        "and offload (1 rank where there is one). Tokens/s: the mean over each process's steps "
-        "after its first (a 1-step run's only step). MFU is n/a on the CPU backend (no meaningful "
+        "same stage, backend, model, sequence length, micro-batch, grad-accum, checkpointing, "
+        "precision and offload (1 rank where there is one). Tokens/s: the mean over each "
+        "process's steps after its first (every step where each is some process's first). MFU is "
+        "n/a on the CPU backend (no meaningful "
         "peak). Eval loss: report.json's end-of-training evaluation and the windows it scored."
      << eval_windows_note(rows) << comparisons_note(rows) << "\n";
   return md.str();
@@ -464,7 +471,9 @@ std::vector<std::string> write_study_report(const std::vector<RunData>& runs,
 
   LinePlot losses{"Loss curves", "step", "loss", false, false, {}};
   for (const auto& run : runs) {
-    PlotSeries s{fs::path(run.dir).filename().string(), {}, {}};
+    const auto row = std::find_if(rows.begin(), rows.end(),
+                                  [&](const ScalingRow& r) { return r.dir == run.dir; });
+    PlotSeries s{row != rows.end() ? row->run : run.dir, {}, {}};
     for (const auto& m : run.metrics) {
       s.x.push_back(m.value("step", 0.0));
       s.y.push_back(metric_or_nan(m, "loss"));

@@ -31,7 +31,8 @@ struct ScalingRow {
   int64_t micro_batch = 0, grad_accum = 0, seq_len = 0;
   std::string checkpointing;
   std::string precision;
-  // What a per-rank throughput compares across: the model's config, the sequence length, the
+  // What a per-rank throughput compares across: the backend, the model's config, the sequence
+  // length, the
   // micro-batch and grad-accum, checkpointing, precision and offload. Efficiency is within the
   // rows of one stage and one comparison.
   std::string comparison;

@@ -377,7 +377,7 @@ TEST_F(DeepSpeedE2E, AScheduleAtZeroForTheWholeRunIsWarnedOf) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output,
                        "warning: the learning rate is 0 at every step of this run (steps 1-2, "
-                       "WarmupLR from --warmup-start-lr 0): the weights will not change"))
+                       "--lr-schedule WarmupLR): the weights will not change"))
       << r.output;
   r = train_test::run_zerotrain(run + " --steps 3");
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -18,6 +18,7 @@
 #include <set>
 
 #include "../support/error_text.h"
+#include "io/gguf_export.h"
 #include "io/gguf_file.h"
 #include "io/gguf_import.h"
 #include "io/gguf_quants.h"
@@ -62,6 +63,23 @@ std::string read_all(const std::string& path) {
 void write_all_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;
+}
+
+// The name an exported file gets (general.name) without --gguf-name: a train run's final/ is named
+// by its run however the path is spelt (a trailing slash, ".", ".."), an imported GGUF model by
+// the file's own name, any other directory by its name.
+TEST(Gguf, AnExportIsNamedByTheRunOrTheImportedFile) {
+  TempDir tmp;
+  fs::create_directories(tmp / "sweep-7/final");
+  std::ofstream(tmp / "sweep-7/run.json") << "{}";
+  for (const std::string& path : {tmp / "sweep-7/final", tmp / "sweep-7/final/",
+                                  tmp / "sweep-7/final/.", tmp / "sweep-7/final/sub/.."})
+    EXPECT_EQ(gguf_model_name(path), "sweep-7") << path;
+  fs::create_directories(tmp / "imported");
+  std::ofstream(tmp / "imported/import.json") << R"({"name": "Smollm2 135M"})";
+  EXPECT_EQ(gguf_model_name(tmp / "imported"), "Smollm2 135M");
+  fs::create_directories(tmp / "plain/final");  // no run.json beside it: its own name
+  EXPECT_EQ(gguf_model_name(tmp / "plain/final/"), "final");
 }
 
 TEST(Gguf, WrittenFileReadsBack) {

@@ -145,6 +145,35 @@ TEST_F(ReportStudy, EfficiencyComparesRunsOfTheSameShapeOnly) {
        {"dir", "model", "seq_len", "checkpointing", "precision", "baseline_ranks", "final_loss"})
     EXPECT_TRUE(table[0].contains(key)) << key;
   EXPECT_EQ(table[0]["model"], "d64 L2 H4/2 V256");
+  std::ifstream svg(dir_ / "out" / "loss_curves.svg");
+  const std::string curves{std::istreambuf_iterator<char>(svg), {}};
+  EXPECT_NE(curves.find("a/run"), std::string::npos);  // the loss curves' legend too
+  EXPECT_NE(curves.find("b/run"), std::string::npos);
+}
+
+// The mean leaves out each process's first step (a resume at the same layout starts a process at
+// step 4), and falls back to every step when each is some process's first.
+TEST_F(ReportStudy, TokensPerSecondLeaveOutEachProcesssFirstStep) {
+  const fs::path run = make_run("twice", 0, 1, 0.0);
+  const auto write = [&](const std::vector<int>& firsts) {
+    std::ofstream metrics(run / "metrics.jsonl", std::ios::trunc);
+    for (int step = 1; step <= 6; ++step) {
+      nlohmann::json line = {{"step", step},
+                             {"loss", 5.0},
+                             {"tokens_per_s", step == 4 ? 1000.0 : 10.0 * step},
+                             {"world_size", 1},
+                             {"zero_stage", 0}};
+      if (std::find(firsts.begin(), firsts.end(), step) != firsts.end())
+        line["first_of_process"] = true;
+      metrics << line.dump() << "\n";
+    }
+  };
+  write({1, 4});
+  EXPECT_DOUBLE_EQ(scaling_rows({load_run_dir(run.string())})[0].tokens_per_s,
+                   (20.0 + 30.0 + 50.0 + 60.0) / 4);
+  write({1, 2, 3, 4, 5, 6});  // six 1-step processes
+  EXPECT_DOUBLE_EQ(scaling_rows({load_run_dir(run.string())})[0].tokens_per_s,
+                   (10.0 + 20.0 + 30.0 + 1000.0 + 50.0 + 60.0) / 6);
 }
 
 // A run resumed at another layout (steps 1-3 at 2 ranks, ZeRO-3; steps 4-6 at 1 rank, stage 1, as
