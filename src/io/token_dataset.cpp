@@ -324,8 +324,25 @@ void TokenDataset::min_max(int32_t* min_token, int32_t* max_token) const {
 
 namespace {
 
+// llm.c shard: a header of 256 little-endian int32 (magic, version, token count), then the
+// tokens: GPT-2 (magic 20240520, version 1, uint16) or Llama 3 (magic 20240801, version 7,
+// uint32), as llm.c's dev/data/data_common.py writes them.
+struct LlmcFormat {
+  int32_t magic, version;
+  int token_bytes;
+  const char* tokenizer;
+  int64_t vocab_size;
+  int64_t document_separator;  // written before each document
+};
+constexpr int64_t kGpt2EndOfText = 50256;
+constexpr LlmcFormat kLlmcFormats[] = {
+    {kLlmcMagic, 1, 2, "gpt2", kGpt2VocabSize, kGpt2EndOfText},
+    {kLlmcLlama3Magic, 7, 4, "llama3", kLlama3VocabSize, 128000},
+};
+
 // A file format whose bytes a byte-level model would learn as if they were text: a compressed
-// file, or a table (Parquet, Arrow) whose rows --tokenizer with --jsonl reads.
+// file, or a table (Parquet, Arrow) whose rows --tokenizer with --jsonl reads, or an llm.c shard,
+// which --bin reads.
 struct BinaryFormat {
   const char* name;
   bool table;
@@ -361,13 +378,14 @@ std::optional<BinaryFormat> binary_format(std::string_view head, std::string_vie
       std::string_view("\t\n\r").find(head[4]) == std::string_view::npos;
   if (head.starts_with("PAR1") && ((size >= 12 && tail == "PAR1") || control_after_magic))
     return BinaryFormat{"a Parquet file", true};
-  // llm.c's shards: a 1024-byte header of int32 whose first two are the magic and its version.
+  // llm.c's shards: a 1024-byte header of int32 whose first two are a format's magic and version.
   if (head.size() >= 8 && size >= 1024) {
     int32_t magic = 0, version = 0;
     std::memcpy(&magic, head.data(), 4);
     std::memcpy(&version, head.data() + 4, 4);
-    if ((magic == kLlmcMagic && version == 1) || (magic == kLlmcLlama3Magic && version == 7))
-      return BinaryFormat{"an llm.c token shard", false, "--bin"};
+    for (const LlmcFormat& f : kLlmcFormats)
+      if (f.magic == magic && f.version == version)
+        return BinaryFormat{"an llm.c token shard", false, "--bin"};
   }
   return std::nullopt;
 }
@@ -413,22 +431,6 @@ void append_text_file(TokenDatasetWriter& writer, const std::string& path) {
   ZT_CHECK(!in.bad(), "error reading text file '" + path + "'");
   ZT_CHECK(total > 0, "text file '" + path + "' is empty");
 }
-
-// llm.c shard: a header of 256 little-endian int32 (magic, version, token count), then the
-// tokens: GPT-2 (magic 20240520, version 1, uint16) or Llama 3 (magic 20240801, version 7,
-// uint32), as llm.c's dev/data/data_common.py writes them.
-struct LlmcFormat {
-  int32_t magic, version;
-  int token_bytes;
-  const char* tokenizer;
-  int64_t vocab_size;
-  int64_t document_separator;  // written before each document
-};
-constexpr int64_t kGpt2EndOfText = 50256;
-constexpr LlmcFormat kLlmcFormats[] = {
-    {kLlmcMagic, 1, 2, "gpt2", kGpt2VocabSize, kGpt2EndOfText},
-    {kLlmcLlama3Magic, 7, 4, "llama3", kLlama3VocabSize, 128000},
-};
 
 struct LlmcHeader {
   LlmcFormat format;
