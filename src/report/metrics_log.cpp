@@ -113,6 +113,11 @@ nlohmann::json StepRecord::to_json() const {
   return j;
 }
 
+bool StepRecord::first_of_process_in(const nlohmann::json& line) {
+  const auto first = line.find("first_of_process");
+  return first != line.end() && first->is_boolean() && first->get<bool>();
+}
+
 StepRecord StepRecord::from_json(const nlohmann::json& line) {
   StepRecord r;
   const auto number = [&](const char* key) {
@@ -133,8 +138,7 @@ StepRecord StepRecord::from_json(const nlohmann::json& line) {
   };
   r.world_size = integer("world_size", 0);
   r.zero_stage = integer("zero_stage", -1);
-  const auto first = line.find("first_of_process");
-  r.first_of_process = first != line.end() && first->is_boolean() && first->get<bool>();
+  r.first_of_process = first_of_process_in(line);
   const nlohmann::json comm = line.value("comm_bytes", nlohmann::json::object());
   for (size_t op = 0; op < r.comm_bytes.size(); ++op) {
     const auto it = comm.find(collective_op_name(static_cast<CollectiveOp>(op)));

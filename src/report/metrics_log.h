@@ -64,6 +64,10 @@ struct StepRecord {
   // The layout the step ran at: the data communicator's world size and the ZeRO stage (0 and -1
   // in a line an older release wrote: unknown). A resume may change both.
   int world_size = 0, zero_stage = -1;
+  // Whether the step counts as run at this layout: its own, or unknown (an older release's line).
+  bool ran_at(int world, int stage) const {
+    return world_size == 0 || (world_size == world && zero_stage == stage);
+  }
   // The first step this process ran (the run's, or a resumed part's): it pays one-time costs
   // (page faults, thread pools, plans), so the summary's means leave it out.
   bool first_of_process = false;
@@ -76,6 +80,8 @@ struct StepRecord {
   // The figures a run's summary takes, read back from a metrics.jsonl line (a resumed run's
   // earlier steps); a null loss (a skipped fp16 step) reads as NaN.
   static StepRecord from_json(const nlohmann::json& line);
+  // A line's first_of_process (false when absent, as in an older release's line).
+  static bool first_of_process_in(const nlohmann::json& line);
 };
 
 class MetricsLog {

@@ -80,8 +80,7 @@ RunRecorder::RunRecorder(Communicator& host, Communicator& data, MemoryTracker& 
     // older release, counts as this run's).
     for (const nlohmann::json& line : metrics_.earlier_steps()) {
       const StepRecord earlier = StepRecord::from_json(line);
-      const bool here = earlier.world_size == 0 || (earlier.world_size == data_.world_size() &&
-                                                    earlier.zero_stage == setup_.zero_stage);
+      const bool here = earlier.ran_at(data_.world_size(), setup_.zero_stage);
       summary_.add(earlier, here);
       if (!here) note_other_layout(other_layouts_, earlier);
     }

@@ -17,6 +17,7 @@
 #include "engine/estimator.h"
 #include "io/fs_util.h"
 #include "model/config.h"
+#include "report/metrics_log.h"
 #include "report/step_timeline.h"
 #include "report/svg_plot.h"
 #include "util/error.h"
@@ -58,9 +59,7 @@ std::optional<double> mean_after_first(const std::vector<nlohmann::json>& metric
     double sum = 0;
     int n = 0;
     for (size_t i = 0; i < metrics.size(); ++i) {
-      const auto mark = metrics[i].find("first_of_process");
-      const bool first = i == 0 || (mark != metrics[i].end() && mark->is_boolean() && *mark);
-      if (first && skip_firsts) continue;
+      if (skip_firsts && (i == 0 || StepRecord::first_of_process_in(metrics[i]))) continue;
       const auto it = metrics[i].find(key);
       if (it == metrics[i].end() || !it->is_number()) continue;
       sum += it->get<double>();
@@ -136,9 +135,7 @@ std::vector<nlohmann::json> steps_at_layout(const std::vector<nlohmann::json>& m
                                             int stage) {
   std::vector<nlohmann::json> kept;
   for (const nlohmann::json& m : metrics)
-    if (!m.contains("world_size") ||
-        (m.at("world_size") == ranks && m.contains("zero_stage") && m.at("zero_stage") == stage))
-      kept.push_back(m);
+    if (StepRecord::from_json(m).ran_at(ranks, stage)) kept.push_back(m);
   return kept;
 }
 
