@@ -43,9 +43,9 @@ bool MicroBatchGraphs::record(Pair& pair, const Pass& forward, const Pass& backw
     if (pair.failed_last) {
       report_.off_reason = "recording a micro-batch failed twice in a row: " + why_not;
       pairs_.clear();  // `pair` with them
-      return false;
+    } else {
+      pair.failed_last = true;
     }
-    pair.failed_last = true;
     return false;
   }
   pair.forward = std::move(f);
