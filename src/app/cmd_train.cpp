@@ -456,17 +456,9 @@ int run_steps(TrainLoop& loop, int64_t first_step) {
   const bool is_root = comm.rank() == 0;
   // The data's line, as the Hugging Face Trainer tells its examples and epochs.
   if (is_root) std::cerr << "data: " << sampler.epoch_summary(o.steps) << "\n";
-  // fp16: a skipped step does not advance the schedule (the loop's learning_rate_at below).
-  const int64_t skipped = engine.skipped_steps();
-  if (is_root &&
-      learning_rate_zero_throughout(o.optim, first_step - skipped, o.steps - skipped, o.steps))
-    std::cerr << "zerotrain train: warning: the learning rate is 0 at every step of this run "
-                 "(steps "
-              << first_step << "-" << o.steps << ", --lr-schedule "
-              << lr_schedule_name(o.optim.schedule)
-              << "): the weights will not change. DeepSpeed's warmup schedules train their first "
-                 "two steps at their start rate (WarmupCosineLR's first at 0): give more --steps "
-                 "(docs/running.md, \"Learning-rate schedules\")\n";
+  const std::string zero_rate =
+      zero_learning_rate_warning(o.optim, first_step, o.steps, engine.skipped_steps());
+  if (is_root && !zero_rate.empty()) std::cerr << "zerotrain train: warning: " << zero_rate << "\n";
   Progress progress(is_root, o.steps, o.log_every);
   const int64_t injected_failure_step = debug_failure_step(comm.rank());
   for (int64_t step = first_step; step <= o.steps; ++step) {

@@ -96,11 +96,16 @@ float learning_rate_at(const AdamWConfig& c, int64_t step, int64_t run_steps) {
   return static_cast<float>(lr);
 }
 
-bool learning_rate_zero_throughout(const AdamWConfig& c, int64_t first, int64_t last,
-                                   int64_t total_steps) {
-  for (int64_t step = first; step <= last; ++step)
-    if (learning_rate_at(c, step, total_steps) != 0.0f) return false;
-  return first <= last;
+std::string zero_learning_rate_warning(const AdamWConfig& c, int64_t first, int64_t last,
+                                       int64_t skipped) {
+  if (first > last) return "";
+  for (int64_t step = first - skipped; step <= last - skipped; ++step)
+    if (learning_rate_at(c, step, last) != 0.0f) return "";
+  return "the learning rate is 0 at every step of this run (steps " + std::to_string(first) + "-" +
+         std::to_string(last) + ", --lr-schedule " + lr_schedule_name(c.schedule) +
+         "): the weights will not change. DeepSpeed's warmup schedules train their first two steps "
+         "at their start rate (WarmupCosineLR's first at 0): give more --steps (docs/running.md, "
+         "\"Learning-rate schedules\")";
 }
 
 void validate_schedule(const AdamWConfig& c) {

@@ -30,11 +30,12 @@ const char* warmup_shape_name(WarmupShape w);
 // The scheduled learning rate of 1-based `step` in a run of `total_steps` (above); the
 // schedule spans c.schedule_steps when set, else total_steps.
 float learning_rate_at(const AdamWConfig& c, int64_t step, int64_t total_steps);
-// Whether steps first..last (1-based) of a run of `total_steps` all train at a learning rate of 0,
-// so that AdamW leaves the weights as they are (a DeepSpeed warmup's first two steps start at
-// warmup_min_lr, often 0).
-bool learning_rate_zero_throughout(const AdamWConfig& c, int64_t first, int64_t last,
-                                   int64_t total_steps);
+// train's warning for a run of steps first..last (as the run counts them; `skipped`: fp16 steps
+// skipped before, which do not advance the schedule) whose every step trains at a rate of 0, so
+// that AdamW leaves the weights as they are (a DeepSpeed warmup's first two steps start at
+// warmup_min_lr, often 0); "" when one does not.
+std::string zero_learning_rate_warning(const AdamWConfig& c, int64_t first, int64_t last,
+                                       int64_t skipped);
 // Throws naming the option (`--lr-schedule`, ...) when the schedule settings contradict.
 void validate_schedule(const AdamWConfig& c);
 
