@@ -37,6 +37,10 @@ namespace zt {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::expect_failure_naming;
+using testing::no_output_left;
+using testing::q;
+using testing::run_zerotrain;
 using testing::TempDir;
 
 // The stored values of one tensor in a hand-written HF directory.
@@ -369,6 +373,31 @@ TEST(HfImport, UnknownConfigKeysAreAcceptedAndReportedOrRefusedWhenStrict) {
   EXPECT_NE(e.find("unknown key '_model_name_or_path'"), std::string::npos) << e;
   EXPECT_NE(e.find(tmp / "hf/config.json"), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(tmp / "m_strict"));
+}
+
+// A misspelt config.json key changes what init builds (rope_thetta leaves rope_theta at its
+// default): it is warned of with the key it most likely means, as import does, and refused under
+// --strict-config with the same hint.
+TEST(IoCli, InitNamesAnUnknownConfigKeyAndTheKeyItMayMean) {
+  TempDir tmp;
+  auto config = preset_config("tiny").to_hf_json();
+  config["rope_thetta"] = config.at("rope_theta");
+  config.erase("rope_theta");
+  testing::write_file(tmp / "config.json", config.dump());
+  auto r = run_zerotrain("init --config-json " + q(tmp / "config.json") + " --seed 1 --out " +
+                         q(tmp / "m"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: " + (tmp / "config.json") +
+                          " key 'rope_thetta' is not one zerotrain reads or knows (did you mean "
+                          "'rope_theta'?)"),
+            std::string::npos)
+      << r.output;
+  r = run_zerotrain("init --config-json " + q(tmp / "config.json") + " --seed 1 --out " +
+                    q(tmp / "m2") + " --strict-config");
+  expect_failure_naming(r, {"unknown key 'rope_thetta' (did you mean 'rope_theta'?)"});
+  EXPECT_TRUE(no_output_left(tmp / "m2"));
+  r = run_zerotrain("init --preset tiny --seed 1 --out " + q(tmp / "m3") + " --strict-config");
+  expect_failure_naming(r, {"--strict-config applies to --config-json"});
 }
 
 // A directory with both model.safetensors and an index (a stale one, say): transformers'

@@ -28,16 +28,8 @@ using testing::no_output_left;
 using testing::run_zerotrain;
 using testing::TempDir;
 
-// Asserts a failed run whose output mentions every one of `culprits`.
-void expect_failure_naming(const testing::RunResult& r, const std::vector<std::string>& culprits) {
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  for (const auto& c : culprits)
-    EXPECT_NE(r.output.find(c), std::string::npos) << "expected '" << c << "' in: " << r.output;
-}
-
-std::string q(const std::string& s) {
-  return "'" + s + "'";
-}
+using testing::expect_failure_naming;
+using testing::q;
 
 // A tiny model directory with several shards, written by the binary.
 std::string make_tiny_model(const TempDir& tmp, const std::string& name = "m") {
@@ -256,31 +248,6 @@ TEST(IoCli, ConfigJsonMissingAKey) {
                     q(tmp / "m2"));
   expect_failure_naming(r, {"'hidden_size' must be an integer, got 64.5"});
   EXPECT_TRUE(no_output_left(tmp / "m2"));
-}
-
-// A misspelt config.json key changes what init builds (rope_thetta leaves rope_theta at its
-// default): it is warned of with the key it most likely means, as import does, and refused under
-// --strict-config with the same hint.
-TEST(IoCli, InitNamesAnUnknownConfigKeyAndTheKeyItMayMean) {
-  TempDir tmp;
-  auto config = preset_config("tiny").to_hf_json();
-  config["rope_thetta"] = config.at("rope_theta");
-  config.erase("rope_theta");
-  testing::write_file(tmp / "config.json", config.dump());
-  auto r = run_zerotrain("init --config-json " + q(tmp / "config.json") + " --seed 1 --out " +
-                         q(tmp / "m"));
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("warning: " + (tmp / "config.json") +
-                          " key 'rope_thetta' is not one zerotrain reads or knows (did you mean "
-                          "'rope_theta'?)"),
-            std::string::npos)
-      << r.output;
-  r = run_zerotrain("init --config-json " + q(tmp / "config.json") + " --seed 1 --out " +
-                    q(tmp / "m2") + " --strict-config");
-  expect_failure_naming(r, {"unknown key 'rope_thetta' (did you mean 'rope_theta'?)"});
-  EXPECT_TRUE(no_output_left(tmp / "m2"));
-  r = run_zerotrain("init --preset tiny --seed 1 --out " + q(tmp / "m3") + " --strict-config");
-  expect_failure_naming(r, {"--strict-config applies to --config-json"});
 }
 
 TEST(IoCli, BadLlmcBinFiles) {

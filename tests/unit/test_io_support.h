@@ -1,5 +1,6 @@
 // Helpers shared by the io tests: unique temporary directories and running the real binary.
 #pragma once
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace zt::testing {
 
@@ -77,6 +79,18 @@ inline bool no_output_left(const std::string& path) {
   for (const auto& entry : fs::directory_iterator(p.parent_path()))
     if (entry.path().filename().string().rfind(prefix, 0) == 0) return false;
   return true;
+}
+
+// Asserts a failed run whose output mentions every one of `culprits`.
+inline void expect_failure_naming(const RunResult& r, const std::vector<std::string>& culprits) {
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  for (const auto& c : culprits)
+    EXPECT_NE(r.output.find(c), std::string::npos) << "expected '" << c << "' in: " << r.output;
+}
+
+// A path quoted for the shell command run_zerotrain runs.
+inline std::string q(const std::string& s) {
+  return "'" + s + "'";
 }
 
 }  // namespace zt::testing
