@@ -17,6 +17,53 @@
 
 namespace zt {
 
+namespace {
+
+// Stores --config FILE's values under those already in `vm` (the command line's, which win). A
+// key of spec.config_keys_of that this command lacks is read past, with one note naming them all.
+void store_config_file(const CommandSpec& spec, const po::options_description& options,
+                       const po::options_description& all, const std::string& path,
+                       po::variables_map& vm) {
+  std::error_code ec;
+  ZT_CHECK(!std::filesystem::is_directory(path, ec),
+           spec.name + ": config file '" + path + "' (--config) is a directory");
+  std::ifstream in(path);
+  ZT_CHECK(in.good(), spec.name + ": cannot open config file '" + path + "'");
+  const auto refuse_unknown = [&](const std::string& key, const std::string& what) {
+    std::string hint = did_you_mean(key, all);
+    if (hint.empty() && spec.config_keys_of) hint = did_you_mean(key, *spec.config_keys_of);
+    fail(spec.name + ": config file '" + path + "': " + what + hint + " (see 'zerotrain " +
+         spec.name + " --help')");
+  };
+  std::vector<std::string> read_past;
+  try {
+    const po::parsed_options parsed =
+        po::parse_config_file(in, options, /*allow_unregistered=*/spec.config_keys_of != nullptr);
+    for (const po::option& o : parsed.options) {
+      if (!o.unregistered) continue;
+      if (!spec.config_keys_of->find_nothrow(o.string_key, /*approx=*/false))
+        refuse_unknown(o.string_key, "unrecognised option '" + o.string_key + "'");
+      read_past.push_back(o.string_key);
+    }
+    po::store(parsed, vm);  // the unregistered keys are not stored
+  } catch (const po::unknown_option& e) {
+    std::string name = e.get_option_name();
+    name.erase(0, name.find_first_not_of('-'));
+    refuse_unknown(name, e.what());
+  } catch (const po::error& e) {
+    fail(spec.name + ": config file '" + path + "': " + e.what() + " (see 'zerotrain " + spec.name +
+         " --help')");
+  }
+  if (read_past.empty()) return;
+  std::string keys;
+  for (const std::string& k : read_past) keys += (keys.empty() ? "" : ", ") + k;
+  std::cerr << "zerotrain " << spec.name << ": note: config file '" << path << "': read past "
+            << spec.config_keys_owner << "'s " << (read_past.size() == 1 ? "key " : "keys ") << keys
+            << ", which " << spec.name << " does not take\n";
+}
+
+}  // namespace
+
 bool parse_command_line(const CommandSpec& spec, po::options_description& options,
                         const po::positional_options_description* positional, int argc, char** argv,
                         po::variables_map& vm) {
@@ -35,26 +82,8 @@ bool parse_command_line(const CommandSpec& spec, po::options_description& option
       std::cout << "usage: " << spec.usage << "\n\n" << spec.summary << "\n\n" << all << "\n";
       return false;
     }
-    if (vm.count("config")) {
-      const std::string path = vm["config"].as<std::string>();
-      std::error_code ec;
-      ZT_CHECK(!std::filesystem::is_directory(path, ec),
-               spec.name + ": config file '" + path + "' (--config) is a directory");
-      std::ifstream in(path);
-      ZT_CHECK(in.good(), spec.name + ": cannot open config file '" + path + "'");
-      // Command-line values were stored first, so they win over the file.
-      try {
-        po::store(po::parse_config_file(in, options, /*allow_unregistered=*/false), vm);
-      } catch (const po::unknown_option& e) {
-        std::string name = e.get_option_name();
-        name.erase(0, name.find_first_not_of('-'));
-        fail(spec.name + ": config file '" + path + "': " + e.what() + did_you_mean(name, all) +
-             " (see 'zerotrain " + spec.name + " --help')");
-      } catch (const po::error& e) {
-        fail(spec.name + ": config file '" + path + "': " + e.what() + " (see 'zerotrain " +
-             spec.name + " --help')");
-      }
-    }
+    if (vm.count("config"))
+      store_config_file(spec, options, all, vm["config"].as<std::string>(), vm);
     po::notify(vm);
   } catch (const po::unknown_option& e) {
     std::string name = e.get_option_name();

@@ -23,6 +23,10 @@ struct CommandSpec {
   std::string name;     // e.g. "init"
   std::string summary;  // one line for `zerotrain --help`
   std::string usage;    // e.g. "zerotrain init --preset NAME --out DIR [options]"
+  // Another command's options whose keys a --config INI may hold too, read past with a note
+  // naming them (estimate reads a train INI: its data, out, steps, ...); null: none.
+  const po::options_description* config_keys_of = nullptr;
+  std::string config_keys_owner = {};  // that command's name, for the note
 };
 
 // Parses argv (argv[0] is the subcommand name) against `options` plus the common --help and

@@ -1,13 +1,16 @@
 #include "app/estimate_options.h"
 
 #include <cmath>
+#include <iostream>
 #include <string>
+#include <vector>
 
 #include "app/cli.h"
 #include "app/deepspeed_config.h"
 #include "app/engine_device.h"
 #include "app/lora_options.h"
 #include "app/train_checkpointing.h"
+#include "app/train_options.h"
 #include "util/error.h"
 
 namespace zt {
@@ -35,6 +38,44 @@ void resolve_device_memory(const po::variables_map& vm, double alias_gib, Estima
            std::string(kCommand) +
                ": --max-micro-batch needs --device-memory-gib G (the GiB of "
                "one device)");
+}
+
+// --world and --ranks-per-node; beyond these, the byte counts of the table would overflow int64.
+void check_planned_world(const EstimateOptions& o) {
+  check_positive(o.world, "world", kCommand);
+  ZT_CHECK(o.world <= (1 << 24), std::string(kCommand) + ": --world " + std::to_string(o.world) +
+                                     " is more than 2^24 ranks");
+  ZT_CHECK(o.ranks_per_node >= 0, std::string(kCommand) +
+                                      ": --ranks-per-node must be at least 1 (0: min(N, 8)), got " +
+                                      std::to_string(o.ranks_per_node));
+}
+
+// With a --config INI (a train run's, most often): names the sizes the estimate takes from its
+// own defaults where train's differ, so that a plan for that run is not silently another run's.
+void note_defaults_unlike_train(const po::variables_map& vm, const EstimateOptions& o,
+                                const TrainOptions& train) {
+  std::vector<std::string> keys, ours, trains;
+  const EstimateOptions defaults;
+  const auto compare = [&](const char* key, int64_t own, int64_t default_value,
+                           int64_t train_default) {
+    // Set (a DeepSpeed batch rule may set the micro-batch alone), or the same either way.
+    if (!vm[key].defaulted() || own != default_value || own == train_default) return;
+    keys.push_back(std::string("--") + key);
+    ours.push_back(std::to_string(own));
+    trains.push_back(std::to_string(train_default));
+  };
+  compare("seq-len", o.seq_len, defaults.seq_len, train.seq_len);
+  compare("micro-batch", o.micro_batch, defaults.micro_batch, train.micro_batch);
+  if (keys.empty()) return;
+  const auto joined = [](const std::vector<std::string>& words) {
+    return words.size() == 1 ? words[0] : words[0] + " and " + words[1];
+  };
+  const bool two = keys.size() == 2;
+  std::cerr << "zerotrain " << kCommand << ": note: config file '" << vm["config"].as<std::string>()
+            << "' (nor the command line) does not set "
+            << (two ? keys[0] + " or " + keys[1] : keys[0]) << ", so this estimate takes "
+            << kCommand << "'s " << (two ? "defaults, " : "default, ") << joined(ours)
+            << "; train's " << (two ? "are " : "is ") << joined(trains) << "\n";
 }
 
 }  // namespace
@@ -97,9 +138,14 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   add_trainable_options(opts, &o.trainable, &o.freeze);
   add_lora_options(opts, o.lora);
   add_checkpoint_frozen_option(opts, &o.checkpoint_frozen);
+  // A train INI may be given as --config: its keys that do not change memory are read past.
+  po::options_description train_opts;
+  TrainOptions train_defaults;
+  add_train_options(train_opts, train_defaults);
   const CommandSpec spec{kCommand, "Estimate per-rank memory of ZeRO stages 0-3.",
                          "zerotrain estimate (--preset NAME | --model DIR) [--world N] "
-                         "[--zero-stage S] [--micro-batch B] [--seq-len T] [options]"};
+                         "[--zero-stage S] [--micro-batch B] [--seq-len T] [options]",
+                         &train_opts, kTrainCommand};
   add_zero_bucket_options(opts, o.zero);
   add_offload_options(opts, o.offload);
   po::variables_map vm;
@@ -110,15 +156,9 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
            std::string(kCommand) + ": give exactly one of --model DIR and --preset NAME");
   model = o.model_dir.empty() ? preset_config(o.preset)
                               : ModelConfig::from_hf_file(o.model_dir + "/config.json");
-  check_positive(o.world, "world", kCommand);
   parse_word(o.checkpoint_frozen, kFrozenInCheckpointWords,
              std::string(kCommand) + ": --checkpoint-frozen");
-  // Beyond these, the byte counts of the table would overflow int64.
-  ZT_CHECK(o.world <= (1 << 24), std::string(kCommand) + ": --world " + std::to_string(o.world) +
-                                     " is more than 2^24 ranks");
-  ZT_CHECK(o.ranks_per_node >= 0, std::string(kCommand) +
-                                      ": --ranks-per-node must be at least 1 (0: min(N, 8)), got " +
-                                      std::to_string(o.ranks_per_node));
+  check_planned_world(o);
   // ---- DeepSpeed JSON: fills what the command line / INI left unset ----
   AppliedDeepSpeedFile applied;
   if (!o.deepspeed.empty()) applied = apply_deepspeed_file(o.deepspeed, model, opts, vm);
@@ -127,6 +167,7 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   check_count(o.seq_len, 1, "seq-len", kCommand);
   // The batch rule runs for the planned --world (train's, once MPI gives the world size).
   apply_batch_size_rule(applied.batch_rule, o.world, o.micro_batch, o.grad_accum);
+  if (vm.count("config")) note_defaults_unlike_train(vm, o, train_defaults);
   // A plan for a GPU job may be made anywhere: cuda is taken at its word.
   o.backend_kind = o.backend == BackendRequest::kCuda ? BackendKind::kCuda
                                                       : resolve_engine_backend(o.backend, kCommand);

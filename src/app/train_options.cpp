@@ -417,9 +417,7 @@ void add_kernel_options(po::options_description& opts, TrainOptions& o) {
 
 }  // namespace
 
-// Returns false when --help was printed.
-bool parse_train_options(int argc, char** argv, TrainOptions& o) {
-  po::options_description opts("train options");
+void add_train_options(po::options_description& opts, TrainOptions& o) {
   const auto flag = bool_flag;
   auto add = opts.add_options();
   add("model", po::value(&o.model_dir), "model directory to start from (or --preset)");
@@ -482,12 +480,18 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("deepspeed", po::value(&o.deepspeed),
       "DeepSpeed JSON config. Precedence: command line > --config INI > "
       "--deepspeed JSON > defaults");
-  const CommandSpec spec{kCommand, "Train a Llama-style model with ZeRO stage 0-3.",
-                         "zerotrain train (--model DIR | --preset NAME) --data FILE.h5 --out DIR "
-                         "[options]"};
   add_zero_bucket_options(opts, o.zero);
   add_offload_options(opts, o.offload);
   opts.add(testing);
+}
+
+// Returns false when --help was printed.
+bool parse_train_options(int argc, char** argv, TrainOptions& o) {
+  po::options_description opts("train options");
+  add_train_options(opts, o);
+  const CommandSpec spec{kCommand, "Train a Llama-style model with ZeRO stage 0-3.",
+                         "zerotrain train (--model DIR | --preset NAME) --data FILE.h5 --out DIR "
+                         "[options]"};
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
   o.loss_scale_given = loss_scale_options_given(vm);

@@ -88,6 +88,8 @@ struct TrainOptions : RunEngineOptions {
                                           const std::string& attention_kernel) const;
 };
 
+// Adds train's options, bound to `o`, to `opts` (estimate reads a train INI's keys through it).
+void add_train_options(po::options_description& opts, TrainOptions& o);
 // Parses train's options; false when --help was printed. Throws zt::Error on bad input.
 bool parse_train_options(int argc, char** argv, TrainOptions& o);
 // Throws zt::Error naming the option whose value is out of range or that does not go with the

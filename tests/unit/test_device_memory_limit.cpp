@@ -4,6 +4,9 @@
 // refused before training with the categories and the shortfall. Reference: the measured run.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -175,6 +178,51 @@ TEST_F(MaxMicroBatch, BadLimitsAreRefusedNamingTheOption) {
   EXPECT_EQ(none.exit_code, 0) << none.output;
   EXPECT_NE(none.output.find("stage 0: none (one sequence needs"), std::string::npos)
       << none.output;
+}
+
+// A train run's INI given to estimate: its sizes and engine keys plan that run (the same JSON as
+// the same options typed), train's other keys are read past with a note naming them, the sizes
+// the file leaves to the defaults are named where estimate's differ from train's, and a misspelt
+// key is still refused, naming the file and train's key it may have meant.
+TEST_F(MaxMicroBatch, EstimateReadsATrainConfigFile) {
+  std::ofstream(path("run.ini")) << "preset = tiny\ndata = " << path("sample.h5")
+                                 << "\nout = " << path("never")
+                                 << "\nsteps = 3\nlr = 1e-4\nzero-stage = 2\n"
+                                 << "seq-len = 64\nactivation-checkpointing = full\n";
+  const auto from_file =
+      run_command("{ " + std::string(ZT_BINARY) + " estimate --config " + path("run.ini") +
+                  " --world 2 --json 2>" + path("notes.txt") + "; }");
+  ASSERT_EQ(from_file.exit_code, 0) << from_file.output;
+  const auto typed = run_zerotrain(
+      "estimate --preset tiny --world 2 --zero-stage 2 --seq-len 64 --micro-batch 1 "
+      "--activation-checkpointing full --json");
+  ASSERT_EQ(typed.exit_code, 0) << typed.output;
+  EXPECT_EQ(nlohmann::json::parse(from_file.output), nlohmann::json::parse(typed.output));
+  std::stringstream notes;
+  notes << std::ifstream(path("notes.txt")).rdbuf();
+  EXPECT_NE(notes.str().find("read past train's keys data, out, steps, lr, which estimate does "
+                             "not take"),
+            std::string::npos)
+      << notes.str();
+  EXPECT_NE(notes.str().find("does not set --micro-batch, so this estimate takes estimate's "
+                             "default, 1; train's is " +
+                             std::to_string(TrainOptions{}.micro_batch)),
+            std::string::npos)
+      << notes.str();
+  EXPECT_FALSE(std::filesystem::exists(path("never")));
+  std::ofstream(path("typo.ini")) << "preset = tiny\nstepz = 3\n";
+  const auto typo = run_zerotrain("estimate --config " + path("typo.ini"));
+  EXPECT_NE(typo.exit_code, 0);
+  EXPECT_NE(typo.output.find("config file '" + path("typo.ini") +
+                             "': unrecognised option 'stepz' (did you mean --steps?)"),
+            std::string::npos)
+      << typo.output;
+  // train itself still refuses estimate's keys in its file.
+  std::ofstream(path("world.ini")) << "world = 2\n";
+  const auto world = run_zerotrain("train --preset tiny --data " + path("sample.h5") + " --out " +
+                                   path("never") + " --config " + path("world.ini"));
+  EXPECT_NE(world.exit_code, 0);
+  EXPECT_NE(world.output.find("unrecognised option 'world'"), std::string::npos) << world.output;
 }
 
 }  // namespace
