@@ -62,6 +62,44 @@ void store_config_file(const CommandSpec& spec, const po::options_description& o
             << ", which " << spec.name << " does not take\n";
 }
 
+// The words on the command line of a command with no positional arguments, refused: most often
+// more values of an option that takes one (`--lora-targets q_proj v_proj`, `--data a.h5 b.h5`,
+// an unquoted `--chat What is`), which would otherwise be dropped in silence.
+void refuse_stray_words(const std::string& command, const po::parsed_options& parsed) {
+  const auto& options = parsed.options;
+  for (size_t i = 0; i < options.size(); ++i) {
+    if (options[i].position_key == -1) continue;
+    std::vector<std::string> words;  // this one and the stray words right after it
+    for (size_t j = i; j < options.size() && options[j].position_key != -1; ++j)
+      words.push_back(options[j].value.empty() ? std::string() : options[j].value.front());
+    std::string listed, comma_list;
+    for (const std::string& w : words) {
+      listed += (listed.empty() ? "'" : ", '") + w + "'";
+      comma_list += "," + w;
+    }
+    const std::string see = "see 'zerotrain " + command + " --help'";
+    const std::string unexpected =
+        command + ": unexpected word" + (words.size() == 1 ? " " : "s ") + listed;
+    if (i == 0) fail(unexpected + ": " + command + " takes no positional arguments (" + see + ")");
+    const po::option& previous = options[i - 1];
+    std::string given;  // as typed
+    for (const std::string& token : previous.original_tokens)
+      given += (given.empty() ? "" : " ") + token;
+    if (previous.value.empty())  // a switch
+      fail(unexpected + " after '" + given + "', a switch that takes no value (give it alone to " +
+           "turn it on; " + see + ")");
+    const std::string& key = previous.string_key;
+    const std::string hint =
+        key == "lora-targets"
+            ? "--lora-targets takes one comma-separated list: " + given + comma_list
+        : key == "trainable" || key == "freeze"
+            ? "repeat it for each pattern: --" + key + " A --" + key + " B"
+            : "quote a value that holds spaces";
+    fail(unexpected + " after '" + given + "': each option takes one value (" + hint + "; " + see +
+         ")");
+  }
+}
+
 }  // namespace
 
 bool parse_command_line(const CommandSpec& spec, po::options_description& options,
@@ -77,7 +115,10 @@ bool parse_command_line(const CommandSpec& spec, po::options_description& option
     parser.options(all).style(po::command_line_style::default_style &
                               ~po::command_line_style::allow_guessing);
     if (positional) parser.positional(*positional);
-    po::store(parser.run(), vm);
+    const po::parsed_options parsed = parser.run();
+    // Without a positional description Boost keeps a stray word unnamed, and store drops it.
+    if (!positional) refuse_stray_words(spec.name, parsed);
+    po::store(parsed, vm);
     if (vm.count("help")) {
       std::cout << "usage: " << spec.usage << "\n\n" << spec.summary << "\n\n" << all << "\n";
       return false;
