@@ -168,8 +168,8 @@ def special_id(key):
 
 // Waits for the child `pid` to end, into `status`. A SIGTERM or SIGUSR1 meanwhile (a scheduler's
 // stop, a `kill`, `timeout`) ends the child too and fails, so that the command unwinds and removes
-// its scratch and temporary files instead of dying with the child left running. (A second SIGTERM
-// exits at once, runtime/signals.h, and may leave both.)
+// its scratch and temporary files instead of dying with the child left running. (A second SIGTERM,
+// not a launcher's relay of the first, exits at once, runtime/signals.h, and may leave both.)
 // StopSignalHandlers must be installed (before the child starts, so that no signal is missed).
 void wait_unless_stopped(pid_t pid, const std::string& program, int& status) {
   for (;;) {

@@ -3,10 +3,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 
 #include "util/error.h"
@@ -16,12 +19,41 @@ namespace zt {
 namespace {
 
 volatile sig_atomic_t g_stop_signal = 0;
-volatile sig_atomic_t g_term_seen = 0;
+// When the first SIGTERM arrived (CLOCK_MONOTONIC, ms); 0: none yet. Read and written in the
+// handler, which a lock-free atomic allows.
+std::atomic<int64_t> g_first_term_ms{0};
+static_assert(std::atomic<int64_t>::is_always_lock_free);
+// How long after the first SIGTERM another is its relay (set before the handler is installed).
+int64_t g_relay_ms = int64_t{kRelayedTermSeconds} * 1000;
+
+// ZT_SIGTERM_RELAY_SECONDS when set (the Slurm scripts set it from mpirun's kill wait, whose
+// relay comes that late), else kRelayedTermSeconds.
+int64_t relay_window_ms() {
+  const char* text = std::getenv("ZT_SIGTERM_RELAY_SECONDS");
+  if (!text || !*text) return int64_t{kRelayedTermSeconds} * 1000;
+  char* end = nullptr;
+  errno = 0;
+  const double seconds = std::strtod(text, &end);
+  ZT_CHECK(errno == 0 && *end == '\0' && seconds >= 0 && seconds <= 86400,
+           std::string("ZT_SIGTERM_RELAY_SECONDS must be seconds between 0 and 86400, got '") +
+               text + "'");
+  return static_cast<int64_t>(seconds * 1000);
+}
+
+int64_t monotonic_ms() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);                                        // async-signal-safe
+  return static_cast<int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1000000 + 1;  // never 0
+}
 
 extern "C" void on_stop_signal(int signal_number) {
   if (signal_number == SIGTERM) {
-    if (g_term_seen) _exit(kSecondTermExitCode);
-    g_term_seen = 1;
+    const int64_t now = monotonic_ms(), first = g_first_term_ms.load();
+    if (first == 0)
+      g_first_term_ms.store(now);
+    else if (now - first >= g_relay_ms)
+      _exit(kSecondTermExitCode);
+    // else the same request again, relayed by a launcher: the stop goes on.
   }
   g_stop_signal = signal_number;
 }
@@ -45,7 +77,8 @@ void install(int signal_number, struct sigaction* previous) {
 StopSignalHandlers::StopSignalHandlers() {
   ZT_CHECK(!g_installed, "stop signal handlers are already installed");
   g_stop_signal = 0;
-  g_term_seen = 0;
+  g_first_term_ms = 0;
+  g_relay_ms = relay_window_ms();
   install(SIGUSR1, &g_previous_usr1);
   install(SIGTERM, &g_previous_term);
   g_installed = true;

@@ -3,9 +3,12 @@
 //
 // The handler only records the signal in a sig_atomic_t (async-signal-safe); at each step
 // boundary the training loop all-reduces received_stop_signal() (app/train_checkpointing.cpp) so
-// every rank takes the same decision even when only one rank was signalled. A second SIGTERM means
-// "now": the handler calls _exit(143) at once. Checkpoints stay consistent because a checkpoint
-// only becomes visible by the final rename of its directory (checkpoint/checkpoint.h).
+// every rank takes the same decision even when only one rank was signalled. A SIGTERM within
+// kRelayedTermSeconds of the first is the same request relayed (Slurm signals every task and srun
+// forwards its own SIGTERM to them; mpirun relays its own after its odls_base_sigkill_timeout, 1 s
+// by default), and the stop goes on; a later one means "now": the handler calls _exit(143).
+// Checkpoints stay consistent because a checkpoint only becomes visible by the final rename of its
+// directory (checkpoint/checkpoint.h).
 #pragma once
 #include <string>
 
@@ -15,6 +18,9 @@ namespace zt {
 constexpr int kStoppedExitCode = 124;
 // Exit code of the immediate exit on a second SIGTERM (128 + SIGTERM).
 constexpr int kSecondTermExitCode = 143;
+// A SIGTERM this soon after the first is a launcher's relay of it, not a second request
+// (ZT_SIGTERM_RELAY_SECONDS overrides it: mpirun relays after its odls_base_sigkill_timeout).
+constexpr int kRelayedTermSeconds = 3;
 
 // Installs the SIGUSR1/SIGTERM handlers for its lifetime and restores the previous ones on
 // destruction. Clears any stop recorded before. One instance at a time.

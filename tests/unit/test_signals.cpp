@@ -1,7 +1,7 @@
-// Stop signals (runtime/signals.h): SIGUSR1/SIGTERM are recorded, not fatal; a second SIGTERM
-// exits at once with 143; the previous handlers come back afterwards. prepare-data stopped while
-// its Python step runs ends that step, and stopped while it writes its dataset ends the writing:
-// either way nothing is left behind.
+// Stop signals (runtime/signals.h): SIGUSR1/SIGTERM are recorded, not fatal; a SIGTERM a
+// launcher relays is the same request, a second one later exits at once with 143; the previous
+// handlers come back afterwards. prepare-data stopped while its Python step runs ends that step,
+// and stopped while it writes its dataset ends the writing: either way nothing is left behind.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -13,6 +13,7 @@
 
 #include "runtime/signals.h"
 #include "test_io_support.h"
+#include "util/error.h"
 
 namespace zt {
 namespace {
@@ -27,7 +28,8 @@ TEST(StopSignals, FirstSignalIsRecordedSecondSigtermExits143) {
   }
   // Outside the handlers' lifetime no stop is pending, whatever the last one recorded.
   EXPECT_EQ(received_stop_signal(), 0);
-  // A child takes two SIGTERMs: the first is recorded, the second ends it with 143.
+  // A child takes SIGTERMs: the first is recorded; one at once after it (srun's relay) and one a
+  // second later (mpirun's) are the same request, and it lives on.
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
@@ -35,12 +37,41 @@ TEST(StopSignals, FirstSignalIsRecordedSecondSigtermExits143) {
     raise(SIGTERM);
     if (received_stop_signal() != SIGTERM) _exit(1);
     raise(SIGTERM);
-    _exit(2);  // not reached
+    usleep(1000 * 1000);
+    raise(SIGTERM);
+    _exit(received_stop_signal() == SIGTERM ? 0 : 3);
   }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "a relayed SIGTERM ended the process";
+  // Past the window (here ZT_SIGTERM_RELAY_SECONDS's 0.4 s, as the Slurm scripts set it from
+  // mpirun's kill wait) a SIGTERM ends it with 143.
+  ASSERT_EQ(setenv("ZT_SIGTERM_RELAY_SECONDS", "0.4", 1), 0);
+  const pid_t late = fork();
+  ASSERT_GE(late, 0);
+  if (late == 0) {
+    StopSignalHandlers handlers;
+    raise(SIGTERM);
+    usleep(100 * 1000);
+    raise(SIGTERM);  // inside the window
+    usleep(700 * 1000);
+    raise(SIGTERM);
+    _exit(2);  // not reached
+  }
+  ASSERT_EQ(waitpid(late, &status, 0), late);
+  ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), kSecondTermExitCode);
+  ASSERT_EQ(setenv("ZT_SIGTERM_RELAY_SECONDS", "soon", 1), 0);
+  try {
+    StopSignalHandlers handlers;
+    ADD_FAILURE() << "a window of 'soon' was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ZT_SIGTERM_RELAY_SECONDS must be seconds"),
+              std::string::npos)
+        << e.what();
+  }
+  unsetenv("ZT_SIGTERM_RELAY_SECONDS");
   // Outside the handlers' lifetime the default action is back (checked without dying).
   struct sigaction current;
   ASSERT_EQ(sigaction(SIGUSR1, nullptr, &current), 0);
