@@ -198,6 +198,10 @@ ScalingRow row_of(const RunData& r) {
   }
   row.comm_bytes_per_step = steps > 0 ? bytes / static_cast<uint64_t>(steps) : 0;
   row.final_loss = r.metrics.empty() ? 0.0 : metric_or_nan(r.metrics.back(), "loss");
+  for (const auto& m : r.metrics)
+    row.last_step = std::max(row.last_step, m.value("step", int64_t{0}));
+  row.planned_steps = c.value("steps", int64_t{0});
+  row.finished = r.report.is_object() && row.last_step >= row.planned_steps;
   if (r.report.is_object() && r.report.contains("eval") && r.report["eval"].is_object()) {
     const nlohmann::json& eval = r.report["eval"];
     row.eval_loss = metric_or_nan(eval, "loss");
@@ -309,6 +313,22 @@ std::string comparisons_note(const std::vector<ScalingRow>& rows) {
          "efficiency is against its own.";
 }
 
+// A note naming the runs that did not finish (a preempted or killed sweep task looks like any
+// other row): their figures cover the steps they ran.
+std::string unfinished_note(const std::vector<ScalingRow>& rows) {
+  std::string runs;
+  for (const auto& r : rows) {
+    if (r.finished) continue;
+    runs += (runs.empty() ? "" : ", ") + r.run + " (step " + std::to_string(r.last_step) +
+            (r.planned_steps > 0 ? " of " + std::to_string(r.planned_steps) : std::string()) +
+            (r.last_step >= r.planned_steps ? ", no report.json" : "") + ")";
+  }
+  if (runs.empty()) return "";
+  return " **Unfinished runs:** " + runs +
+         ": stopped, killed or still running; their figures cover the steps they ran, and a run "
+         "resumed to its end gives them anew.";
+}
+
 }  // namespace
 
 std::string scaling_table_markdown(const std::vector<ScalingRow>& rows) {
@@ -323,9 +343,10 @@ std::string scaling_table_markdown(const std::vector<ScalingRow>& rows) {
   bool estimated = false;
   for (const auto& r : rows) {
     estimated = estimated || r.estimated_memory.is_object();
-    md << "| " << r.run << " | " << r.model << " | " << r.stage << " | " << r.ranks << " | "
-       << r.seq_len << " | " << r.micro_batch << " | " << r.grad_accum << " | " << r.checkpointing
-       << " | " << fixed(r.tokens_per_s, 1) << " | " << fixed(r.tokens_per_s_per_rank, 1) << " | "
+    md << "| " << r.run << (r.finished ? "" : " (unfinished)") << " | " << r.model << " | "
+       << r.stage << " | " << r.ranks << " | " << r.seq_len << " | " << r.micro_batch << " | "
+       << r.grad_accum << " | " << r.checkpointing << " | " << fixed(r.tokens_per_s, 1) << " | "
+       << fixed(r.tokens_per_s_per_rank, 1) << " | "
        << (r.efficiency ? fixed(*r.efficiency, 3) + " (vs " + std::to_string(r.baseline_ranks) +
                               " rank" + (r.baseline_ranks == 1 ? "" : "s") + ")"
                         : std::string("n/a"))
@@ -346,7 +367,7 @@ std::string scaling_table_markdown(const std::vector<ScalingRow>& rows) {
         "process's steps after its first (every step where each is some process's first). MFU is "
         "n/a on the CPU backend (no meaningful "
         "peak). Eval loss: report.json's end-of-training evaluation and the windows it scored."
-     << eval_windows_note(rows) << comparisons_note(rows) << "\n";
+     << eval_windows_note(rows) << comparisons_note(rows) << unfinished_note(rows) << "\n";
   return md.str();
 }
 
@@ -368,7 +389,7 @@ std::string scaling_table_csv(const std::vector<ScalingRow>& rows) {
          "final_loss,eval_loss,eval_windows";
   for (const char* cat : kMemoryCategories) csv << ",peak_" << cat << "_bytes";
   for (const char* cat : kMemoryCategories) csv << ",estimated_" << cat << "_bytes";
-  csv << ",model,precision,dir\n";
+  csv << ",model,precision,dir,last_step,planned_steps,finished\n";
   for (const auto& r : rows) {
     csv << r.run << "," << r.stage << "," << r.ranks << "," << r.micro_batch << "," << r.grad_accum
         << "," << r.seq_len << "," << r.checkpointing << "," << fixed(r.tokens_per_s, 3) << ","
@@ -382,7 +403,8 @@ std::string scaling_table_csv(const std::vector<ScalingRow>& rows) {
       csv << ","
           << (r.estimated_memory.is_object() ? std::to_string(r.estimated_memory.value(cat, 0))
                                              : std::string());
-    csv << "," << csv_quoted(r.model) << "," << r.precision << "," << csv_quoted(r.dir) << "\n";
+    csv << "," << csv_quoted(r.model) << "," << r.precision << "," << csv_quoted(r.dir) << ","
+        << r.last_step << "," << r.planned_steps << "," << (r.finished ? "true" : "false") << "\n";
   }
   return csv.str();
 }
@@ -410,6 +432,9 @@ nlohmann::json row_json(const ScalingRow& r) {
           {"estimated_memory_bytes", r.estimated_memory},
           {"comm_bytes_per_step", r.comm_bytes_per_step},
           {"final_loss", r.final_loss},
+          {"last_step", r.last_step},
+          {"planned_steps", r.planned_steps},
+          {"finished", r.finished},
           {"eval", r.eval_loss ? nlohmann::json{{"loss", *r.eval_loss},
                                                 {"windows", r.eval_windows},
                                                 {"data", r.eval_data}}

@@ -46,6 +46,10 @@ struct ScalingRow {
   nlohmann::json estimated_memory;   // engine/estimator.h prediction per category (or null)
   uint64_t comm_bytes_per_step = 0;  // all collectives, bytes sent per rank
   double final_loss = 0;
+  // The last step its metrics.jsonl holds and the steps run.json planned (0: not recorded). A run
+  // is unfinished without report.json (stopped, killed, preempted) or short of its steps.
+  int64_t last_step = 0, planned_steps = 0;
+  bool finished = false;
   // report.json's end-of-training evaluation (train --eval-batches): its loss, the windows of
   // T + 1 tokens it scored and the file; none when the run did not evaluate or finish.
   std::optional<double> eval_loss;

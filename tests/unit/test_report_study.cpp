@@ -21,6 +21,7 @@
 #include "report/run_report.h"
 #include "report/step_timeline.h"
 #include "report/study_report.h"
+#include "test_io_support.h"
 #include "util/error.h"
 
 namespace zt {
@@ -149,6 +150,63 @@ TEST_F(ReportStudy, EfficiencyComparesRunsOfTheSameShapeOnly) {
   const std::string curves{std::istreambuf_iterator<char>(svg), {}};
   EXPECT_NE(curves.find("a/run"), std::string::npos);  // the loss curves' legend too
   EXPECT_NE(curves.find("b/run"), std::string::npos);
+}
+
+// A sweep task preempted or killed before its end (no report.json, or short of its --steps) is
+// marked, named in a note with its last step, and so flagged in the CSV and JSON: its row once
+// looked like any finished run's.
+TEST_F(ReportStudy, UnfinishedRunsAreMarkedAndNamed) {
+  const nlohmann::json eight = {{"steps", 8}};
+  const std::string killed = make_run("killed", 2, 2, 100, eight);
+  fs::remove(fs::path(killed) / "report.json");
+  const nlohmann::json three = {{"steps", 3}};
+  std::vector<RunData> runs = {load_run_dir(make_run("done", 2, 1, 60, three)),
+                               load_run_dir(killed)};
+  const auto rows = scaling_rows(runs);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(rows[0].finished);
+  EXPECT_FALSE(rows[1].finished);
+  EXPECT_EQ(rows[1].last_step, 3);
+  EXPECT_EQ(rows[1].planned_steps, 8);
+  const std::string md = scaling_table_markdown(rows);
+  EXPECT_NE(md.find("| killed (unfinished) |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("done (unfinished)"), std::string::npos) << md;
+  EXPECT_NE(md.find("**Unfinished runs:** killed (step 3 of 8):"), std::string::npos) << md;
+  EXPECT_EQ(scaling_table_markdown({rows[0]}).find("Unfinished"), std::string::npos);
+  const std::string csv = scaling_table_csv(rows);
+  EXPECT_NE(csv.find(",dir,last_step,planned_steps,finished\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",3,8,false\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",3,3,true\n"), std::string::npos) << csv;
+  // A run that wrote report.json and ran its steps, but was given more on a resume that was
+  // then killed, is unfinished too, with its report.json.
+  const std::string extended = make_run("extended", 2, 1, 60, eight);
+  const auto more = scaling_rows({load_run_dir(extended)});
+  EXPECT_FALSE(more[0].finished);
+  write_study_report(runs, (dir_ / "out").string());
+  const nlohmann::json table = read_json_file((dir_ / "out" / "scaling.json").string());
+  EXPECT_EQ(table[1]["finished"], false) << table.dump();
+  EXPECT_EQ(table[1]["last_step"], 3) << table.dump();
+}
+
+// `zerotrain report SWEEP_DIR`: a directory that holds run directories (a sweep's outputs/) is
+// read as all of them, in natural name order; one that holds none is refused naming what it lacks.
+TEST_F(ReportStudy, ADirectoryOfRunsIsReadAsThem) {
+  make_run("sweep/task_10", 1, 1, 180);  // the same stage and ranks: rows in the order read
+  make_run("sweep/task_9", 1, 1, 100);
+  fs::create_directories(dir_ / "sweep" / "data");  // not a run: left alone
+  const auto r = testing::run_zerotrain("report " + (dir_ / "sweep").string() + " --out " +
+                                        (dir_ / "study").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("holds 2 run directories"), std::string::npos) << r.output;
+  const nlohmann::json table = read_json_file((dir_ / "study" / "scaling.json").string());
+  ASSERT_EQ(table.size(), 2u) << table.dump();
+  EXPECT_EQ(table[0]["run"], "task_9");  // natural order, as ls -v gives
+  EXPECT_EQ(table[1]["run"], "task_10");
+  EXPECT_DOUBLE_EQ(table[1]["scaling_efficiency"].get<double>(), 1.8);
+  testing::expect_failure_naming(
+      testing::run_zerotrain("report " + (dir_ / "sweep" / "data").string() + " --out " +
+                             (dir_ / "study2").string()),
+      {"is empty (not a zerotrain run directory)"});
 }
 
 // The mean leaves out each process's first step (a resume at the same layout starts a process at
