@@ -421,10 +421,11 @@ int finish_completed_run(ZeroEngine& engine, const TrainInputs& in, const TrainO
   const bool have_final =
       have_model_with_tokenizer(final_dir, in.tokenizer, in.spec.model.lora.enabled());
   if (!have_final) write_model_with_tokenizer(engine, final_dir, comm, in.tokenizer, o);
-  if (comm.rank() == 0)
-    std::cerr << "checkpoint is at step " << step << " of " << o.steps
-              << (have_final ? ": nothing to train\n"
-                             : ": training is complete; wrote " + final_dir + "\n");
+  if (comm.rank() != 0) return 0;
+  std::cerr << "checkpoint is at step " << step << " of " << o.steps
+            << (have_final ? ": nothing to train\n"
+                           : ": training is complete; wrote " + final_dir + "\n");
+  announce_finished_run(o, comm.world_size());
   return 0;
 }
 

@@ -181,6 +181,12 @@ std::vector<std::string> check_resume_hyperparameters(
     else if (!(run.*field).empty())
       unrecorded += std::string(unrecorded.empty() ? "" : ", ") + name + " " + run.*field;
   }
+  // The default mode sums a step's gradients in an order that follows the ranks.
+  // (A checkpoint of the default mode resumed world-invariant: the world_invariant line says it.)
+  if (manifest.world_size != run_world_size && !run.world_invariant)
+    warnings.push_back("world size: checkpoint " + std::to_string(manifest.world_size) + ", run " +
+                       std::to_string(run_world_size) +
+                       ", without --world-invariant (a step's gradient sums follow the ranks)");
   for (std::string& w : warnings) w += " (the continuation will differ from an uninterrupted run)";
   if (!unrecorded.empty())
     warnings.push_back(

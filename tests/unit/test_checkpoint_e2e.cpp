@@ -422,6 +422,68 @@ TEST_F(CheckpointE2E, SigusrToOneRankSavesExits124AndResumesBitwise) {
   EXPECT_TRUE(model_bits(path("sig/final")) == model_bits(path("sig_ref/final")));
 }
 
+// Slurm's stop without the SIGUSR1 lead: SIGTERM to every rank, then the launcher's relay of its
+// own a second later (srun forwards it, mpirun relays it), here while the stop's save is under
+// way (stalled 3 s). The relay is the same request: the save completes, the job exits 124 and
+// resumes bitwise (it once ended the ranks with 143 mid-save, no checkpoint written).
+TEST_F(CheckpointE2E, ARelayedSigtermDuringTheStopSaveIsTheSameRequest) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string mpi2 = mpirun_zerotrain(2);
+  const int steps = 150;
+  const std::string args = "--zero-stage 2 --comm-timeout 60 ";
+  fs::create_directories(path("term_pids"));
+  BackgroundJob job("ZT_DEBUG_PID_DIR=" + path("term_pids") + " " + mpi2 +
+                    train_args("term", steps, args + "--debug-stall-checkpoint 3") + " > " +
+                    path("term.log") + " 2>&1");
+  ASSERT_TRUE(wait_until(
+      120, [&] { return count_lines(path("term/metrics.jsonl")) >= 2 || !job.running(); }));
+  ASSERT_TRUE(job.running()) << read_file(path("term.log"));
+  const pid_t ranks[] = {std::stoi(read_file(path("term_pids/rank-0.pid"))),
+                         std::stoi(read_file(path("term_pids/rank-1.pid")))};
+  for (pid_t rank : ranks) ASSERT_EQ(kill(rank, SIGTERM), 0);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  for (pid_t rank : ranks) kill(rank, SIGTERM);  // the relay, inside the stalled save
+  ASSERT_EQ(job.wait(120), 124) << read_file(path("term.log"));
+  EXPECT_NE(read_file(path("term.log")).find("(SIGTERM); resume with --resume auto"),
+            std::string::npos)
+      << read_file(path("term.log"));
+  const int64_t step = nlohmann::json::parse(read_file(path("term/checkpoints/") + latest("term") +
+                                                       "/manifest.json"))["step"]
+                           .get<int64_t>();
+  EXPECT_LT(step, steps) << "the signal arrived too late to test anything";
+  const RunResult resumed = run_command(mpi2 + train_args("term", steps, args + "--resume auto"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const RunResult reference = run_command(mpi2 + train_args("term_ref", steps, args));
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  EXPECT_EQ(loss_strings(path("term/metrics.jsonl")), loss_strings(path("term_ref/metrics.jsonl")));
+}
+
+// `--resume auto` on a run that finished: nothing is trained. The same run (a requeue of a job
+// that had finished) marks report.json current, which the Slurm script reads as success; another
+// layout (a sweep row sent to a directory another row finished in) is warned of by name, and
+// report.json is left as it was, so the script fails that row.
+TEST_F(CheckpointE2E, AResumeThatFindsItsRunFinishedTrainsNothingAndSaysSo) {
+  ASSERT_EQ(train("done", 4, "--save-every 2").exit_code, 0);
+  const fs::path report = path("done/report.json");
+  const auto back_then = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  fs::last_write_time(report, back_then);
+  const RunResult again = train("done", 4, "--save-every 2 --resume auto");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("checkpoint is at step 4 of 4: nothing to train"), std::string::npos)
+      << again.output;
+  EXPECT_EQ(again.output.find("trained nothing"), std::string::npos) << again.output;
+  EXPECT_GT(fs::last_write_time(report), back_then);
+  fs::last_write_time(report, back_then);
+  const RunResult other = train("done", 4, "--save-every 2 --resume auto --zero-stage 2");
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_NE(other.output.find("holds a finished run with zero_stage 0 (now 2): this invocation "
+                              "trained nothing"),
+            std::string::npos)
+      << other.output;
+  EXPECT_EQ(fs::last_write_time(report), back_then);
+  EXPECT_EQ(count_lines(path("done/metrics.jsonl")), 4u);
+}
+
 TEST_F(CheckpointE2E, RankDeathEndsTheJobWithinTheTimeout) {
   if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
   const auto t0 = Clock::now();

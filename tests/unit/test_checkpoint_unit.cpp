@@ -270,6 +270,20 @@ TEST(CheckpointManifest, ResumeOnOtherArithmeticWarnsNamingEachChange) {
   EXPECT_NE(older_warnings[0].find("this run uses backend cpu, attention cpu, activations fp32"),
             std::string::npos)
       << older_warnings[0];
+  // Another world size: a warning in the default mode, none where both are world-invariant.
+  TrainingHyperparameters one_rank = saved;
+  one_rank.grad_accum = 2;  // the same global batch at 1 rank
+  const auto resized = check_resume_hyperparameters(m, one_rank, 1, "bf16", "c");
+  ASSERT_EQ(resized.size(), 1u);
+  EXPECT_EQ(resized[0],
+            "world size: checkpoint 2, run 1, without --world-invariant (a step's gradient sums "
+            "follow the ranks) (the continuation will differ from an uninterrupted run)");
+  CheckpointManifest invariant = m;
+  invariant.hyper.world_invariant = true;
+  TrainingHyperparameters invariant_run = saved;
+  invariant_run.world_invariant = true;
+  invariant_run.micro_batch = 1;  // the same global batch at 4 ranks
+  EXPECT_TRUE(check_resume_hyperparameters(invariant, invariant_run, 4, "bf16", "c").empty());
   // Neither side recorded (the engine tests' hyperparameters): nothing to say.
   EXPECT_TRUE(check_resume_hyperparameters(older, older.hyper, 2, "bf16", "c").empty());
   // Document masking: recorded, compared; a checkpoint from before it ran without masks.
