@@ -20,8 +20,13 @@
 #   ZEROTRAIN_NVME_PATH    swap directory for ZEROTRAIN_OFFLOAD=nvme (default RUN_DIR/nvme)
 #   ZEROTRAIN_OFFLOAD_ARGS extra offload flags passed verbatim (overrides ZEROTRAIN_OFFLOAD)
 #   ZEROTRAIN_COMM_TIMEOUT seconds before a stuck collective aborts the job
-#   ZEROTRAIN_EXTRA_ARGS   anything else for `zerotrain train` (word-split)
+#   ZEROTRAIN_EXTRA_ARGS   anything else for `zerotrain train` (word-split); an option the script
+#                          passes itself (--resume auto, --save-every, ...) given here wins
 #   ZEROTRAIN_LAUNCHER     auto | srun | mpirun (auto: srun --mpi=pmix when the plugin exists)
+#   ZEROTRAIN_MPIRUN_KILL_WAIT  mpirun's odls_base_sigkill_timeout (default 1): on a SIGTERM it
+#                          relays it after this long and kills the ranks after twice this long
+#                          (the time a stop without the SIGUSR1 lead has to save); it also waits
+#                          twice this long to exit after a stop (exit 124)
 #   ZEROTRAIN_REQUEUE      1: requeue the job after a signal-triggered checkpoint (default 1)
 #   ZEROTRAIN_LAUNCH_NODES / ZEROTRAIN_LAUNCH_TASKS / ZEROTRAIN_STEP_GPUS   a job step smaller
 #                          than the allocation (sweep rows): nodes, ranks, GPUs per node
@@ -204,6 +209,17 @@ zt_launcher() {
       # socket, whatever --cpus-per-task gave it, and its OMP_NUM_THREADS would share that.
       LAUNCHER=(mpirun -np "${tasks:-${SLURM_NTASKS:-1}}" --npernode "$(zt_tasks_per_node)"
         --bind-to none)
+      # On a SIGTERM mpirun waits this long, relays it to the ranks, waits as long again and
+      # kills them (1 s by default: a stop without the SIGUSR1 lead then has about 2 s to save);
+      # it also waits twice this long to exit after a rank exits non-zero (a stop's 124 too).
+      # Its relay comes this long after Slurm's own SIGTERM: zerotrain is told to take it as the
+      # same request (ZT_SIGTERM_RELAY_SECONDS, runtime/signals.h), not as a second one.
+      if [ -n "${ZEROTRAIN_MPIRUN_KILL_WAIT:-}" ]; then
+        [[ "$ZEROTRAIN_MPIRUN_KILL_WAIT" =~ ^[0-9]+$ ]] ||
+          zt_die "ZEROTRAIN_MPIRUN_KILL_WAIT must be whole seconds, got '$ZEROTRAIN_MPIRUN_KILL_WAIT'"
+        LAUNCHER+=(--mca odls_base_sigkill_timeout "$ZEROTRAIN_MPIRUN_KILL_WAIT"
+          -x "ZT_SIGTERM_RELAY_SECONDS=$((ZEROTRAIN_MPIRUN_KILL_WAIT + 2))")
+      fi
       ;;
     *) zt_die "ZEROTRAIN_LAUNCHER must be auto, srun or mpirun, got '$kind'" ;;
   esac
@@ -214,14 +230,50 @@ ZT_STOP_REQUESTED=""
 
 # SIGUSR1 to the batch shell (#SBATCH --signal=B:USR1@120, or scancel --signal=USR1 --batch):
 # forward it to the launcher's process group; zerotrain saves at the next step boundary and exits
-# 124. SIGTERM is not forwarded: Slurm sends it to every process of the job itself, and a second
-# SIGTERM makes zerotrain exit at once.
+# 124. SIGTERM is not forwarded: Slurm sends it to every process of the job itself (srun and
+# mpirun relay theirs too, which zerotrain takes as the same request within 3 s).
 zt_on_usr1() {
   ZT_STOP_REQUESTED=1
   if [ -n "$ZT_CHILD" ]; then
     zt_log "SIGUSR1: asking zerotrain (process group $ZT_CHILD) to checkpoint and stop"
     kill -USR1 -- "-$ZT_CHILD" 2>/dev/null || kill -USR1 "$ZT_CHILD" 2>/dev/null || true
   fi
+}
+
+# Appends to train_args each option of `own` (option-value pairs) that `extra` does not give:
+# zerotrain refuses an option given twice, and ZEROTRAIN_EXTRA_ARGS (--save-every 1) is meant to
+# win. --model and --preset, and --steps and
+# --epochs, each stand for the other.
+zt_own_args_not_in_extra() {
+  local i opt word
+  local -A given=()
+  for word in ${extra[@]+"${extra[@]}"}; do
+    [[ "$word" == --* ]] && given[${word%%=*}]=1
+  done
+  # The script reads the run directory and the data itself: those are set by their variables.
+  [ -z "${given[--out]:-}" ] ||
+    zt_die "--out in ZEROTRAIN_EXTRA_ARGS: set ZEROTRAIN_RUN_DIR (the script reads the directory too)"
+  [ -z "${given[--data]:-}" ] || zt_die "--data in ZEROTRAIN_EXTRA_ARGS: set ZEROTRAIN_DATA"
+  # A sweep row's columns (sweep.sh: ZT_ROW_OPTIONS) are the row's alone.
+  # shellcheck disable=SC2086  # flag strings are meant to be word-split
+  for word in ${ZEROTRAIN_EXTRA_ARGS:-}; do
+    for opt in ${ZT_ROW_OPTIONS:-}; do
+      [ "${word%%=*}" != "$opt" ] ||
+        zt_die "$opt in ZEROTRAIN_EXTRA_ARGS would override every sweep row's: set it in the sweep file"
+    done
+  done
+  [ -n "${given[--model]:-}" ] && given[--preset]=1
+  [ -n "${given[--preset]:-}" ] && given[--model]=1
+  [ -n "${given[--epochs]:-}" ] && given[--steps]=1
+  [ -n "${given[--steps]:-}" ] && given[--epochs]=1
+  for ((i = 0; i < ${#own[@]}; i += 2)); do
+    opt=${own[i]}
+    if [ -n "${given[$opt]:-}" ]; then
+      zt_log "ZEROTRAIN_EXTRA_ARGS (or the script's arguments) set $opt: leaving out the script's own $opt ${own[i + 1]}"
+    else
+      train_args+=("$opt" "${own[i + 1]}")
+    fi
+  done
 }
 
 # Runs `zerotrain train` with the common flags plus "$@" under the launcher, then requeues the job
@@ -232,21 +284,24 @@ zt_launch_training() {
   data=$(zt_dataset) || exit 2
   offload=$(zt_offload_args "$ZEROTRAIN_OFFLOAD") || exit 2
   zt_check_gpus
-  local -a model_args train_args launch length=(--steps "$ZEROTRAIN_STEPS")
+  local -a own extra train_args launch length=(--steps "$ZEROTRAIN_STEPS")
   [ -z "${ZEROTRAIN_EPOCHS:-}" ] || length=(--epochs "$ZEROTRAIN_EPOCHS")
   if [ -n "${ZEROTRAIN_MODEL:-}" ]; then
-    model_args=(--model "$ZEROTRAIN_MODEL")
+    own=(--model "$ZEROTRAIN_MODEL")
   else
-    model_args=(--preset "${ZEROTRAIN_PRESET:-tiny}")
+    own=(--preset "${ZEROTRAIN_PRESET:-tiny}")
   fi
-  train_args=(train "${model_args[@]}" --data "$data" --out "$ZEROTRAIN_RUN_DIR"
+  own+=(--data "$data" --out "$ZEROTRAIN_RUN_DIR"
     --backend "$ZEROTRAIN_BACKEND" --zero-stage "$ZEROTRAIN_STAGE"
     "${length[@]}" --seq-len "$ZEROTRAIN_SEQ_LEN"
     --micro-batch "$ZEROTRAIN_MICRO_BATCH" --grad-accum "$ZEROTRAIN_GRAD_ACCUM"
     --precision "$ZEROTRAIN_PRECISION" --activation-checkpointing "$ZEROTRAIN_CHECKPOINTING"
     --comm-timeout "$ZEROTRAIN_COMM_TIMEOUT" --resume auto --save-every "$ZEROTRAIN_SAVE_EVERY")
   # shellcheck disable=SC2206  # flag strings are meant to be word-split
-  train_args+=($offload ${ZEROTRAIN_EXTRA_ARGS:-} "$@")
+  extra=($offload ${ZEROTRAIN_EXTRA_ARGS:-} "$@")
+  train_args=(train)
+  zt_own_args_not_in_extra
+  train_args+=(${extra[@]+"${extra[@]}"})
   zt_launcher
   launch=("${LAUNCHER[@]}" "$ZEROTRAIN_BIN" "${train_args[@]}")
   local launch_record=$ZEROTRAIN_RUN_DIR/launch.attempt-${SLURM_RESTART_COUNT:-0}.txt
@@ -284,6 +339,9 @@ zt_launch_training() {
     zt_log "zerotrain failed with exit code $rc"
   elif [ ! "$ZEROTRAIN_RUN_DIR/report.json" -nt "$launch_record" ]; then
     # srun can exit 0 when its tasks never started (e.g. a step launch aborted by slurmd).
+    # (zerotrain refreshes report.json when it finds the run it was asked for already finished,
+    # as a requeue of a finished job does; not a finished run of another layout, nor a run whose
+    # report.json was never written.)
     zt_log "the launcher exited 0 but zerotrain wrote no report.json: treating it as a failure"
     rc=1
   else

@@ -114,6 +114,9 @@ fi
 printf '%s\n' "sweep_file=$SWEEP_FILE" "row=$SLURM_ARRAY_TASK_ID" \
   "$(for k in "${SWEEP_COLUMNS[@]}"; do printf '%s=%s ' "$k" "${ROW[$k]}"; done)" \
   >"$ZEROTRAIN_RUN_DIR/sweep-row.txt"
+# The row's own settings, which ZEROTRAIN_EXTRA_ARGS may not override for every row.
+ZT_ROW_OPTIONS="--zero-stage --micro-batch --grad-accum --activation-checkpointing"
+ZT_ROW_OPTIONS+=" --offload-optimizer --offload-param"
 rc=0
 zt_launch_training || rc=$?
 exit "$rc"
