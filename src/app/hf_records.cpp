@@ -220,12 +220,20 @@ def read_whole(path, f):
         sys.exit(cannot_read(path, e))
 
 def read_text(path, kind):
-    """The whole text of a text file (compressed or not), decoded as UTF-8 strictly; an empty
-    one is refused (a compressed file the size check could not see through)."""
+    """The whole text of a text file (compressed or not), decoded as UTF-8 strictly, its line
+    ends read as Python reads a text file (and datasets' text loader, run_clm.py's): \\r\\n and a
+    lone \\r become \\n, with a note, so that a file saved on Windows teaches no \\r; an empty one
+    is refused (a compressed file the size check could not see through)."""
     with opened(path, kind, encoding="utf-8", newline="") as f:
         text = read_whole(path, f)
     if not text:
         sys.exit(f"{path}: empty once decompressed")
+    if "\r" in text:
+        crlf = text.count("\r\n")
+        lone = text.count("\r") - crlf
+        print(f"note: {path}: {crlf} \\r\\n and {lone} lone \\r line ends read as \\n, as "
+              "Python reads a text file", file=sys.stderr)
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text
 
 def starts_array(path, kind):
@@ -313,8 +321,13 @@ def saved_files(path):
                  f"({os.path.join(path, names[0]) if names else 'DIR/train'})")
     state = os.path.join(path, "state.json")
     if not os.path.isfile(state):
+        names = os.listdir(path)
+        suffix = next((x for x in (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".json",
+                                   ".json.gz") if any(n.endswith(x) for n in names)), None)
+        hint = (f"; to read its files, give them: {os.path.join(path, '*' + suffix)}"
+                if suffix else "")
         sys.exit(f"{path}: a directory, and not one that datasets' save_to_disk wrote (it holds "
-                 "no state.json)")
+                 f"no state.json){hint}")
     try:
         with open(state, encoding="utf-8") as f:
             files = [entry["filename"] for entry in json.load(f)["_data_files"]]
@@ -421,6 +434,9 @@ def undecodable(where, line):
     if not UNDECODED.search(line):
         return None
     raw = line.encode("utf-8", "surrogateescape")  # the bytes as they are in the file
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return (f"{where}: UTF-16 text (its byte-order mark is 0x{raw[0]:02x} 0x{raw[1]:02x}), "
+                "not UTF-8: convert it first (iconv -f UTF-16 -t UTF-8)")
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as e:

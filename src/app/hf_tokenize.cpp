@@ -71,6 +71,9 @@ def string_field(path, number, record, key):
     elif isinstance(record, dict) and "instruction" in record and "output" in record:
         hint = (" (the line has Alpaca's fields: --prompt-field instruction,input "
                 "--response-field output)")
+    elif isinstance(record, dict) and isinstance(record.get("text"), str):
+        hint = (" (the line has a 'text' field, plain text, which TRL's SFTTrainer learns whole: "
+                "--jsonl reads it)")
     sys.exit(f"{path}:{number}: no string field '{key}'{hint}")
 
 # --prompt-field's fields: one, or several whose texts make the prompt (Alpaca's

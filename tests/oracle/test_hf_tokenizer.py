@@ -134,6 +134,22 @@ class TokenizerOracle:
         check(data_vocab == vocab and label == "hf:tok", f"text: vocab {data_vocab}, {label}")
         print(f"ok   text: {len(tokens)} tokens equal transformers' ids of the text and EOS (not "
               f"truncated), vocab {vocab}; without EOS under --document-eos off")
+        # The same text saved on Windows (CRLF), one line end a lone CR: read as Python's open()
+        # reads text (datasets' text loader too), the same ids, with a note counting both kinds.
+        check(text.count("\n") >= 3, "the text has too few lines to test its line ends")
+        windows = text.replace("\n", "\r", 1).replace("\n", "\r\n")
+        with open(work("windows.txt"), "w", encoding="utf-8", newline="") as f:
+            f.write(windows)
+        with open(work("windows.txt"), encoding="utf-8") as f:
+            check(f.read() == text, "Python does not read the CRLF copy as the text")
+        out = run_tool([zt, "prepare-data", "--tokenizer", work("tok"), "--text",
+                        work("windows.txt"), "--out", work("windows.h5")] + python)
+        check(dataset(work("windows.h5"))[0].tolist() == want,
+              "text saved with CRLF: the ids are not those of the text Python reads")
+        crlf = text.count("\n") - 1
+        check(f"{crlf} \\r\\n and 1 lone \\r line ends read as \\n" in out,
+              f"text saved with CRLF: no note of its line ends: {out}")
+        print(f"ok   text saved with CRLF ({crlf}) and a lone CR: the same ids, and a note")
         self.text = text
 
     def json_lines(self):

@@ -230,6 +230,18 @@ def parquet_refusals(s, records):
               [s.work("messages.jsonl") + ":1: no string field 'prompt' (the line has a "
                "'messages' list, TRL's conversational format: --messages-field messages "
                "--chat-template)"])
+    # A plain-text dataset ({"text": ...}, which TRL's SFTTrainer learns whole) named for --jsonl;
+    # a file saved as UTF-16 (Windows' "Unicode") named as such.
+    with open(s.work("texts.jsonl"), "w") as f:
+        f.write(json.dumps({"text": "Hello there"}) + "\n")
+    s.refused(["--sft-jsonl", s.work("texts.jsonl")],
+              [s.work("texts.jsonl") + ":1: no string field 'prompt' (the line has a 'text' "
+               "field, plain text, which TRL's SFTTrainer learns whole: --jsonl reads it)"])
+    with open(s.work("utf16.jsonl"), "w", encoding="utf-16") as f:
+        f.write(json.dumps({"prompt": "Hi", "response": "Hello"}) + "\n")
+    s.refused(["--sft-jsonl", s.work("utf16.jsonl")],
+              [s.work("utf16.jsonl") + ":1: UTF-16 text (its byte-order mark is 0xff 0xfe), not "
+               "UTF-8: convert it first (iconv -f UTF-16 -t UTF-8)"])
     with open(s.work("chats.parquet"), "rb") as f:
         whole = f.read()
     with open(s.work("cut.parquet"), "wb") as f:

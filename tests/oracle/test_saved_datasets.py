@@ -111,6 +111,15 @@ def refusals(s, data):
                os.path.join(root, "chats_dict", "train")])
     s.refused(["--sft-jsonl", root] + CHAT,
               [root + ": a directory, and not one that datasets' save_to_disk wrote"])
+    # A directory of JSON lines (load_dataset("json", data_dir=...) reads one): named as such.
+    os.makedirs(s.work("lines"))
+    for name in ("b.jsonl", "a.jsonl", "notes.txt"):
+        with open(s.work("lines", name), "w") as f:
+            f.write('{"prompt": "Hi", "response": "Hello"}\n')
+    s.refused(["--sft-jsonl", s.work("lines")] + CHAT,
+              [s.work("lines") + ": a directory, and not one that datasets' save_to_disk wrote "
+               "(it holds no state.json); to read its files, give them: " +
+               os.path.join(s.work("lines"), "*.jsonl")])
     shutil.copytree(os.path.join(root, "chats"), s.work("missing"))
     os.remove(s.work("missing", "data-00001-of-00003.arrow"))
     s.refused(["--sft-jsonl", s.work("missing")] + CHAT,
