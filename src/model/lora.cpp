@@ -252,9 +252,18 @@ std::array<bool, kLoraTargets> LoraSpec::parse_targets(const std::vector<std::st
                  "layers from layers_to_transform or a target_modules regular expression: name "
                  "the projection without the layer (known: " +
                  known_targets() + ")");
+    ZT_CHECK(name != "all", source +
+                                ": 'all' (LLaMA-Factory's word for every linear layer) is "
+                                "PEFT's 'all-linear' here");
+    // ('.' is no sign: PEFT's names may be dotted suffixes, mlp.fc1.)
+    const bool pattern = name.find_first_of("*+?[]()|^$\\") != std::string::npos;
     ZT_CHECK(i >= 0, source + ": '" + name +
                          "' is not a projection zerotrain can adapt (known: " + known_targets() +
-                         "; the embedding and the LM head train in full through modules_to_save)");
+                         "; the embedding and the LM head train in full through modules_to_save" +
+                         (pattern ? "; a regular expression is read as PEFT reads one, from "
+                                    "target_modules as a string in --lora-config's file"
+                                  : "") +
+                         ")");
     t[static_cast<size_t>(i)] = true;
   }
   return t;

@@ -75,12 +75,25 @@ TrainableSet TrainableSet::from_patterns(const ParamLayout& layout,
     s.frozen_[t] = !trains;
     any_trains = any_trains || trains;
   }
+  // The example a refusal gives: the last tensor of the base (an adapter's is no name to give).
+  std::string example;
+  bool has_head = false;
+  for (const TensorInfo& t : tensors) {
+    if (!t.is_lora()) example = t.name;
+    has_head = has_head || t.role == TensorRole::kLmHead;
+  }
   auto check_used = [&](const std::vector<std::string>& patterns, const std::vector<bool>& used,
                         const char* option) {
-    for (size_t i = 0; i < patterns.size(); ++i)
+    for (size_t i = 0; i < patterns.size(); ++i) {
+      const bool tied_head = !has_head && patterns[i].find("lm_head") != std::string::npos;
       ZT_CHECK(used[i], std::string(option) + " '" + patterns[i] +
-                            "' matches no tensor of the model (names as in Hugging Face, e.g. '" +
-                            tensors.back().name + "'; `zerotrain info MODEL_DIR` lists them)");
+                            "' matches no tensor of the model (" +
+                            (tied_head ? "this model ties lm_head to model.embed_tokens.weight, "
+                                         "which 'embed_tokens' names, the head with it; "
+                                       : "") +
+                            "names as in Hugging Face, e.g. '" + example +
+                            "'; `zerotrain info MODEL_DIR` lists them)");
+    }
   };
   check_used(trainable, keep_used, "--trainable");
   check_used(freeze, drop_used, "--freeze");

@@ -91,6 +91,17 @@ TEST(Lora, PeftConfigIsReadAndItsUnsupportedKeysAreRefusedByName) {
   EXPECT_NE(with("r", 0).find("rank must be a positive integer"), std::string::npos);
   EXPECT_NE(with("r", 4.5).find("key 'r' must be an integer"), std::string::npos);
   EXPECT_NE(with("target_modules", {"wq"}).find("'wq' is not a projection"), std::string::npos);
+  EXPECT_EQ(with("target_modules", {"wq"}).find("regular expression"), std::string::npos);
+  // LLaMA-Factory's 'all', and a regular expression in a list (PEFT reads a list as names):
+  // each refusal says what to give instead.
+  EXPECT_NE(with("target_modules", {"all"})
+                .find("'all' (LLaMA-Factory's word for every linear "
+                      "layer) is PEFT's 'all-linear' here"),
+            std::string::npos);
+  EXPECT_NE(with("target_modules", {".*_proj"})
+                .find("a regular expression is read as PEFT reads one, from target_modules as a "
+                      "string in --lora-config's file"),
+            std::string::npos);
   EXPECT_NE(with("lora_dropout", 1.0).find("lora_dropout must be in [0, 1)"), std::string::npos);
   EXPECT_EQ(with("lora_dropout", 0.05), "");
   EXPECT_EQ(with("exclude_modules", {"down_proj"}), "");  // tests/unit/test_lora_layers.cpp

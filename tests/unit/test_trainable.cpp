@@ -89,6 +89,20 @@ TEST(Trainable, BadPatternsAreRefusedNamingThem) {
         error_of([&] { TrainableSet::from_patterns(layout, c.trainable, c.freeze); });
     EXPECT_NE(error.find(c.message), std::string::npos) << error;
   }
+  // A model whose head is the embedding: lm_head names no tensor, and the refusal says what to
+  // name; no model with a head of its own gets that hint.
+  ModelConfig tied_config = preset_config("tiny");
+  tied_config.tie_word_embeddings = true;
+  const std::string tied =
+      error_of([&] { TrainableSet::from_patterns(ParamLayout(tied_config), {"lm_head"}, {}); });
+  EXPECT_NE(tied.find("--trainable 'lm_head' matches no tensor of the model (this model ties "
+                      "lm_head to model.embed_tokens.weight, which 'embed_tokens' names"),
+            std::string::npos)
+      << tied;
+  const std::string own_head = error_of([&] {
+    TrainableSet::from_patterns(layout, {"lm_head", "q_porj"}, {});
+  });
+  EXPECT_EQ(own_head.find("ties"), std::string::npos) << own_head;
   const std::string unknown =
       error_of([&] { TrainableSet::from_frozen_names(layout, {"lm_head.bias"}); });
   EXPECT_NE(unknown.find("'lm_head.bias' is not a tensor of the model"), std::string::npos)
