@@ -100,6 +100,28 @@ void refuse_stray_words(const std::string& command, const po::parsed_options& pa
   }
 }
 
+// Boost's "too many positional options", with the words: those past the `positional` a command
+// takes (info's one directory, export's one), read again from argv without the description.
+[[noreturn]] void refuse_positional_words_past(const std::string& command,
+                                               const po::positional_options_description& positional,
+                                               const po::options_description& all, int argc,
+                                               char** argv) {
+  po::command_line_parser parser(argc, argv);
+  parser.options(all).style(po::command_line_style::default_style &
+                            ~po::command_line_style::allow_guessing);
+  std::vector<std::string> words;
+  for (const po::option& o : parser.run().options)
+    if (o.position_key != -1 && !o.value.empty()) words.push_back(o.value.front());
+  const size_t takes = positional.max_total_count();
+  std::string extra;
+  for (size_t i = takes; i < words.size(); ++i)
+    extra += (extra.empty() ? "'" : ", '") + words[i] + "'";
+  fail(command + ": unexpected word" + (words.size() - takes == 1 ? " " : "s ") + extra + ": " +
+       command + " takes " + std::to_string(takes) + " positional argument" +
+       (takes == 1 ? "" : "s") + " (quote a path that holds spaces; see 'zerotrain " + command +
+       " --help')");
+}
+
 }  // namespace
 
 bool parse_command_line(const CommandSpec& spec, po::options_description& options,
@@ -131,6 +153,8 @@ bool parse_command_line(const CommandSpec& spec, po::options_description& option
     name.erase(0, name.find_first_not_of('-'));
     fail(spec.name + ": " + e.what() + did_you_mean(name, all) + " (see 'zerotrain " + spec.name +
          " --help')");
+  } catch (const po::too_many_positional_options_error&) {
+    refuse_positional_words_past(spec.name, *positional, all, argc, argv);
   } catch (const po::error& e) {
     fail(spec.name + ": " + e.what() + " (see 'zerotrain " + spec.name + " --help')");
   }

@@ -66,9 +66,10 @@ TEST(CliWords, AWordNoOptionTakesIsRefusedNamingItOnEveryCommand) {
     EXPECT_FALSE(fs::exists(tmp / "out"));
     EXPECT_FALSE(fs::exists(tmp / "x.h5"));
   }
-  // A command with positional arguments refuses one too many, as before.
-  expect_failure_naming(run_zerotrain("info " + model + " " + data),
-                        {"too many positional options"});
+  // A command with positional arguments refuses one too many, naming it.
+  expect_failure_naming(
+      run_zerotrain("info " + model + " " + data),
+      {"info: unexpected word '" + (tmp / "data.h5") + "': info takes 1 positional argument"});
 }
 
 }  // namespace
