@@ -218,7 +218,7 @@ zt_launcher() {
         [[ "$ZEROTRAIN_MPIRUN_KILL_WAIT" =~ ^[0-9]+$ ]] ||
           zt_die "ZEROTRAIN_MPIRUN_KILL_WAIT must be whole seconds, got '$ZEROTRAIN_MPIRUN_KILL_WAIT'"
         LAUNCHER+=(--mca odls_base_sigkill_timeout "$ZEROTRAIN_MPIRUN_KILL_WAIT"
-          -x "ZT_SIGTERM_RELAY_SECONDS=$((ZEROTRAIN_MPIRUN_KILL_WAIT + 2))")
+          -x "ZT_SIGTERM_RELAY_SECONDS=${ZT_SIGTERM_RELAY_SECONDS:-$((ZEROTRAIN_MPIRUN_KILL_WAIT + 2))}")
       fi
       ;;
     *) zt_die "ZEROTRAIN_LAUNCHER must be auto, srun or mpirun, got '$kind'" ;;
@@ -227,17 +227,27 @@ zt_launcher() {
 
 ZT_CHILD=""
 ZT_STOP_REQUESTED=""
+ZT_TERM_RECEIVED=""
 
 # SIGUSR1 to the batch shell (#SBATCH --signal=B:USR1@120, or scancel --signal=USR1 --batch):
 # forward it to the launcher's process group; zerotrain saves at the next step boundary and exits
-# 124. SIGTERM is not forwarded: Slurm sends it to every process of the job itself (srun and
-# mpirun relay theirs too, which zerotrain takes as the same request within 3 s).
+# 124. SIGTERM is not forwarded: Slurm sends it to every process of the job itself (mpirun relays
+# its own too, which zerotrain takes as the same request: see zt_launcher).
 zt_on_usr1() {
   ZT_STOP_REQUESTED=1
   if [ -n "$ZT_CHILD" ]; then
     zt_log "SIGUSR1: asking zerotrain (process group $ZT_CHILD) to checkpoint and stop"
     kill -USR1 -- "-$ZT_CHILD" 2>/dev/null || kill -USR1 "$ZT_CHILD" 2>/dev/null || true
   fi
+}
+
+# SIGTERM to the batch shell: Slurm's stop without the USR1 lead (preemption, scancel, a time
+# limit), sent to every process of the job at once, zerotrain's ranks included. The shell keeps
+# waiting: under mpirun the ranks run in the batch step, which ends when the shell does, killing
+# them mid-save.
+zt_on_term() {
+  ZT_TERM_RECEIVED=1
+  zt_log "SIGTERM: zerotrain got it too and saves at the next step boundary; waiting for it"
 }
 
 # Appends to train_args each option of `own` (option-value pairs) that `extra` does not give:
@@ -309,6 +319,7 @@ zt_launch_training() {
   zt_log "launching: ${launch[*]}"
 
   trap zt_on_usr1 USR1
+  trap zt_on_term TERM
   # Own process group (setsid), so the signal reaches the launcher and its local children only.
   setsid "${launch[@]}" &
   ZT_CHILD=$!
@@ -321,7 +332,7 @@ zt_launch_training() {
   done
   rc=0
   wait "$ZT_CHILD" || rc=$?  # the child's own status (bash remembers it)
-  trap - USR1
+  trap - USR1 TERM
   ZT_CHILD=""
   if [ "$rc" -eq 124 ]; then
     if [ -n "$ZT_STOP_REQUESTED" ]; then
@@ -333,8 +344,16 @@ zt_launch_training() {
       local job_id=$SLURM_JOB_ID
       [ -n "${SLURM_ARRAY_JOB_ID:-}" ] && job_id=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}
       zt_log "requeueing job $job_id; it resumes with --resume auto"
-      scontrol requeue "$job_id" || zt_die "scontrol requeue $job_id failed"
+      if [ -n "$ZT_TERM_RECEIVED" ]; then  # Slurm's own stop: a cancelled job stays cancelled
+        scontrol requeue "$job_id" || zt_log "scontrol requeue $job_id refused (a cancelled job)"
+      else
+        scontrol requeue "$job_id" || zt_die "scontrol requeue $job_id failed"
+      fi
     fi
+  elif [ "$rc" -ne 0 ] && [ -n "$ZT_TERM_RECEIVED" ]; then
+    # mpirun exits 1 after its ranks stop on a SIGTERM, whether they saved or not.
+    zt_log "stopped by SIGTERM (launcher exit $rc); newest checkpoint:" \
+      "$(cat "$ZEROTRAIN_RUN_DIR/checkpoints/latest" 2>/dev/null || echo none)"
   elif [ "$rc" -ne 0 ]; then
     zt_log "zerotrain failed with exit code $rc"
   elif [ ! "$ZEROTRAIN_RUN_DIR/report.json" -nt "$launch_record" ]; then

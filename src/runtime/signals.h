@@ -4,9 +4,9 @@
 // The handler only records the signal in a sig_atomic_t (async-signal-safe); at each step
 // boundary the training loop all-reduces received_stop_signal() (app/train_checkpointing.cpp) so
 // every rank takes the same decision even when only one rank was signalled. A SIGTERM within
-// kRelayedTermSeconds of the first is the same request relayed (Slurm signals every task and srun
-// forwards its own SIGTERM to them; mpirun relays its own after its odls_base_sigkill_timeout, 1 s
-// by default), and the stop goes on; a later one means "now": the handler calls _exit(143).
+// kRelayedTermSeconds of the first is the same request relayed (Slurm signals every task, and a
+// launcher in the job relays its own: mpirun after its odls_base_sigkill_timeout, 1 s by
+// default), and the stop goes on; a later one means "now": the handler calls _exit(143).
 // Checkpoints stay consistent because a checkpoint only becomes visible by the final rename of its
 // directory (checkpoint/checkpoint.h).
 #pragma once

@@ -423,8 +423,8 @@ TEST_F(CheckpointE2E, SigusrToOneRankSavesExits124AndResumesBitwise) {
 }
 
 // Slurm's stop without the SIGUSR1 lead: SIGTERM to every rank, then the launcher's relay of its
-// own a second later (srun forwards it, mpirun relays it), here while the stop's save is under
-// way (stalled 3 s). The relay is the same request: the save completes, the job exits 124 and
+// own a second later (mpirun's, by default), here while the stop's save is under way (stalled
+// 3 s). The relay is the same request: the save completes, the job exits 124 and
 // resumes bitwise (it once ended the ranks with 143 mid-save, no checkpoint written).
 TEST_F(CheckpointE2E, ARelayedSigtermDuringTheStopSaveIsTheSameRequest) {
   if (!have_mpirun()) GTEST_SKIP() << "no mpirun";

@@ -28,8 +28,8 @@ TEST(StopSignals, FirstSignalIsRecordedSecondSigtermExits143) {
   }
   // Outside the handlers' lifetime no stop is pending, whatever the last one recorded.
   EXPECT_EQ(received_stop_signal(), 0);
-  // A child takes SIGTERMs: the first is recorded; one at once after it (srun's relay) and one a
-  // second later (mpirun's) are the same request, and it lives on.
+  // A child takes SIGTERMs: the first is recorded; one at once after it and one a second later
+  // (mpirun's relay, by default) are the same request, and it lives on.
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
