@@ -62,6 +62,22 @@ void store_config_file(const CommandSpec& spec, const po::options_description& o
             << ", which " << spec.name << " does not take\n";
 }
 
+// "COMMAND: unexpected word 'a'" or "... unexpected words 'a', 'b'".
+std::string unexpected_words(const std::string& command, const std::vector<std::string>& words) {
+  std::string listed;
+  for (const std::string& w : words) listed += (listed.empty() ? "'" : ", '") + w + "'";
+  return command + ": unexpected word" + (words.size() == 1 ? " " : "s ") + listed;
+}
+
+// argv's parser over `all`, full option names only (Boost's abbreviation guessing is off).
+po::command_line_parser full_name_parser(int argc, char** argv,
+                                         const po::options_description& all) {
+  po::command_line_parser parser(argc, argv);
+  parser.options(all).style(po::command_line_style::default_style &
+                            ~po::command_line_style::allow_guessing);
+  return parser;
+}
+
 // The words on the command line of a command with no positional arguments, refused: most often
 // more values of an option that takes one (`--lora-targets q_proj v_proj`, `--data a.h5 b.h5`,
 // an unquoted `--chat What is`), which would otherwise be dropped in silence.
@@ -72,14 +88,10 @@ void refuse_stray_words(const std::string& command, const po::parsed_options& pa
     std::vector<std::string> words;  // this one and the stray words right after it
     for (size_t j = i; j < options.size() && options[j].position_key != -1; ++j)
       words.push_back(options[j].value.empty() ? std::string() : options[j].value.front());
-    std::string listed, comma_list;
-    for (const std::string& w : words) {
-      listed += (listed.empty() ? "'" : ", '") + w + "'";
-      comma_list += "," + w;
-    }
+    std::string comma_list;
+    for (const std::string& w : words) comma_list += "," + w;
     const std::string see = "see 'zerotrain " + command + " --help'";
-    const std::string unexpected =
-        command + ": unexpected word" + (words.size() == 1 ? " " : "s ") + listed;
+    const std::string unexpected = unexpected_words(command, words);
     if (i == 0) fail(unexpected + ": " + command + " takes no positional arguments (" + see + ")");
     const po::option& previous = options[i - 1];
     std::string given;  // as typed
@@ -106,20 +118,14 @@ void refuse_stray_words(const std::string& command, const po::parsed_options& pa
                                                const po::positional_options_description& positional,
                                                const po::options_description& all, int argc,
                                                char** argv) {
-  po::command_line_parser parser(argc, argv);
-  parser.options(all).style(po::command_line_style::default_style &
-                            ~po::command_line_style::allow_guessing);
   std::vector<std::string> words;
-  for (const po::option& o : parser.run().options)
+  for (const po::option& o : full_name_parser(argc, argv, all).run().options)
     if (o.position_key != -1 && !o.value.empty()) words.push_back(o.value.front());
   const size_t takes = positional.max_total_count();
-  std::string extra;
-  for (size_t i = takes; i < words.size(); ++i)
-    extra += (extra.empty() ? "'" : ", '") + words[i] + "'";
-  fail(command + ": unexpected word" + (words.size() - takes == 1 ? " " : "s ") + extra + ": " +
-       command + " takes " + std::to_string(takes) + " positional argument" +
-       (takes == 1 ? "" : "s") + " (quote a path that holds spaces; see 'zerotrain " + command +
-       " --help')");
+  words.erase(words.begin(), words.begin() + static_cast<std::ptrdiff_t>(takes));
+  fail(unexpected_words(command, words) + ": " + command + " takes " + std::to_string(takes) +
+       " positional argument" + (takes == 1 ? "" : "s") +
+       " (quote a path that holds spaces; see 'zerotrain " + command + " --help')");
 }
 
 }  // namespace
@@ -133,9 +139,7 @@ bool parse_command_line(const CommandSpec& spec, po::options_description& option
   po::options_description all;
   all.add(options).add(common);
   try {
-    po::command_line_parser parser(argc, argv);
-    parser.options(all).style(po::command_line_style::default_style &
-                              ~po::command_line_style::allow_guessing);
+    po::command_line_parser parser = full_name_parser(argc, argv, all);
     if (positional) parser.positional(*positional);
     const po::parsed_options parsed = parser.run();
     // Without a positional description Boost keeps a stray word unnamed, and store drops it.

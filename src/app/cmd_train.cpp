@@ -425,7 +425,7 @@ int finish_completed_run(ZeroEngine& engine, const TrainInputs& in, const TrainO
   std::cerr << "checkpoint is at step " << step << " of " << o.steps
             << (have_final ? ": nothing to train\n"
                            : ": training is complete; wrote " + final_dir + "\n");
-  announce_finished_run(o, comm.world_size());
+  announce_finished_run(o.out, o.to_json(), comm.world_size());
   return 0;
 }
 

@@ -1,8 +1,14 @@
 #include "app/train_checkpointing.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -217,6 +223,35 @@ bool TrainCheckpointing::after_step(ZeroEngine& engine, const TrainingProgress& 
                  static_cast<long long>(progress.step),
                  signal_number ? stop_signal_name(signal_number).c_str() : "--stop-after-step");
   return stop;
+}
+
+void announce_finished_run(const std::string& out, const nlohmann::json& asked, int world) {
+  std::error_code ec;
+  const std::string path = out + "/run.json";
+  const nlohmann::json recorded =
+      std::filesystem::exists(path, ec) ? read_json_file(path) : nlohmann::json::object();
+  std::string differ;
+  const auto compare = [&](const std::string& key, const nlohmann::json& then,
+                           const nlohmann::json& now) {
+    if (then.is_null() || then == now) return;
+    differ += (differ.empty() ? "" : ", ") + key + " " + then.dump() + " (now " + now.dump() + ")";
+  };
+  compare("world_size", recorded.value("world_size", nlohmann::json()), world);
+  const nlohmann::json config = recorded.value("config", nlohmann::json::object());
+  for (const char* key : {"zero_stage", "micro_batch", "grad_accum", "activation_checkpointing",
+                          "precision", "offload_optimizer", "offload_param"})
+    compare(key, config.value(key, nlohmann::json()), asked.value(key, nlohmann::json()));
+  if (differ.empty()) {  // the run this invocation describes is complete
+    // Its time set by the file system, as the script's own files' are (not this host's clock).
+    const std::string report = out + "/report.json";
+    if (utimensat(AT_FDCWD, report.c_str(), nullptr, 0) != 0)
+      std::cerr << "note: " << report << " could not be marked current (" << std::strerror(errno)
+                << "): the run that trained here wrote none\n";
+    return;
+  }
+  std::cerr << "warning: " << out << " holds a finished run with " << differ
+            << ": this invocation trained nothing (give another --out, or --overwrite to train "
+               "afresh)\n";
 }
 
 }  // namespace zt

@@ -104,4 +104,11 @@ class TrainCheckpointing {
   std::map<std::string, std::string> files_beside_;
 };
 
+// A resume that found OUT's run finished (rank 0): warns when the run.json there records another
+// layout (world size, ZeRO stage, batch shape, checkpointing, precision, offload) than `asked`
+// (the run's options as run.json's "config" records them) at `world`, which therefore trained
+// nothing; else marks OUT/report.json current as of this run, whose script reads a report newer
+// than its launch as the run's success (slurm/common.sh: a requeue of a job that had finished).
+void announce_finished_run(const std::string& out, const nlohmann::json& asked, int world);
+
 }  // namespace zt

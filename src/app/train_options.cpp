@@ -1,16 +1,9 @@
 #include "app/train_options.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <iostream>
 #include <limits>
 #include <string>
 
@@ -521,36 +514,6 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   if ((!vm.count("min-lr") || vm["min-lr"].defaulted()) && o.optim.min_lr > o.optim.lr)
     o.optim.min_lr = o.optim.lr / 10;
   return true;
-}
-
-void announce_finished_run(const TrainOptions& o, int world) {
-  std::error_code ec;
-  const std::string path = o.out + "/run.json";
-  const nlohmann::json recorded =
-      std::filesystem::exists(path, ec) ? read_json_file(path) : nlohmann::json::object();
-  const nlohmann::json asked = o.to_json();
-  std::string differ;
-  const auto compare = [&](const std::string& key, const nlohmann::json& then,
-                           const nlohmann::json& now) {
-    if (then.is_null() || then == now) return;
-    differ += (differ.empty() ? "" : ", ") + key + " " + then.dump() + " (now " + now.dump() + ")";
-  };
-  compare("world_size", recorded.value("world_size", nlohmann::json()), world);
-  const nlohmann::json config = recorded.value("config", nlohmann::json::object());
-  for (const char* key : {"zero_stage", "micro_batch", "grad_accum", "activation_checkpointing",
-                          "precision", "offload_optimizer", "offload_param"})
-    compare(key, config.value(key, nlohmann::json()), asked.value(key, nlohmann::json()));
-  if (differ.empty()) {  // the run this invocation describes is complete
-    // Its time set by the file system, as the script's own files' are (not this host's clock).
-    const std::string report = o.out + "/report.json";
-    if (utimensat(AT_FDCWD, report.c_str(), nullptr, 0) != 0)
-      std::cerr << "note: " << report << " could not be marked current (" << std::strerror(errno)
-                << "): the run that trained here wrote none\n";
-    return;
-  }
-  std::cerr << "warning: " << o.out << " holds a finished run with " << differ
-            << ": this invocation trained nothing (give another --out, or --overwrite to train "
-               "afresh)\n";
 }
 
 void validate(TrainOptions& o) {

@@ -88,12 +88,6 @@ struct TrainOptions : RunEngineOptions {
                                           const std::string& attention_kernel) const;
 };
 
-// A resume that found OUT's run finished (rank 0): warns when the run.json there records another
-// layout (world size, ZeRO stage, batch shape, checkpointing, precision, offload) than `o` at
-// `world` asks for, which therefore trained nothing; else marks OUT/report.json current as of
-// this run, whose script reads a report newer than its launch as the run's success
-// (slurm/common.sh: a requeue of a job that had finished).
-void announce_finished_run(const TrainOptions& o, int world);
 // Adds train's options, bound to `o`, to `opts` (estimate reads a train INI's keys through it).
 void add_train_options(po::options_description& opts, TrainOptions& o);
 // Parses train's options; false when --help was printed. Throws zt::Error on bad input.
