@@ -11,6 +11,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/environment_report.h"
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_files.h"
 #include "io/data_loader.h"
 #include "io/fs_util.h"
@@ -447,6 +448,20 @@ void info_peft_adapter(const std::string& dir, bool json, bool verify) {
                  "export --merge-lora\n";
 }
 
+// A training run's output directory (run.json beside checkpoints/ and final/) describes no one
+// thing: the refusal names what does, those that exist (the run's report, its final model, the
+// checkpoint its `latest` names).
+[[noreturn]] void refuse_run_directory(const std::string& dir) {
+  std::string offer = "`zerotrain report " + dir + "` summarizes the run";
+  std::error_code ec;
+  const fs::path final_dir = fs::path(dir) / "final";
+  if (fs::is_directory(final_dir, ec))
+    offer += ", `zerotrain info " + final_dir.string() + "` describes its final model";
+  const std::string latest = checkpoint_dir_through_latest(dir);
+  if (latest != dir) offer += ", `zerotrain info " + latest + "` its latest checkpoint";
+  fail("'" + dir + "' is a training run's output directory: " + offer);
+}
+
 }  // namespace
 
 int cmd_info(int argc, char** argv) {
@@ -510,6 +525,12 @@ int cmd_info(int argc, char** argv) {
       info_model(path, json, vm["verify"].as<bool>());
     } else if (fs::exists(path + "/" + kCheckpointManifestFile)) {
       info_checkpoint(path, json, vm["verify"].as<bool>());
+    } else if (fs::exists(path + "/run.json")) {
+      refuse_run_directory(path);
+    } else if (fs::exists(path + "/" + kLatestCheckpointFile)) {
+      // A checkpoints root, read through its `latest` as consolidate and DeepSpeed's zero_to_fp32
+      // read one.
+      info_checkpoint(checkpoint_dir_through_latest(path), json, vm["verify"].as<bool>());
     } else if (fs::exists(path + "/" + kPeftConfigFile)) {
       info_peft_adapter(path, json, vm["verify"].as<bool>());
     } else if (is_meta_checkpoint_dir(path)) {

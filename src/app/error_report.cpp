@@ -32,9 +32,12 @@ std::string rank_label() {
 }
 
 // "zerotrain CMD: error (rank R of N): WHAT" as one write(2), so that the lines of several ranks
-// failing at once never interleave mid-line in a shared log.
+// failing at once never interleave mid-line in a shared log. A WHAT that opens with "CMD: " (a
+// command's own checks name it) loses that opening: the line names the command once.
 void print_error_line(const std::string& command, const char* kind, const std::string& what) {
-  const std::string line = "zerotrain " + command + ": " + kind + rank_label() + ": " + what + "\n";
+  const std::string own_prefix = command + ": ";
+  const std::string said = what.rfind(own_prefix, 0) == 0 ? what.substr(own_prefix.size()) : what;
+  const std::string line = "zerotrain " + command + ": " + kind + rank_label() + ": " + said + "\n";
   std::cerr.flush();
   for (size_t done = 0; done < line.size();) {
     const ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);

@@ -247,7 +247,7 @@ def check_adapter_commands(zt, mpirun, work, weights, eval_tokens, mutation):
                                      work("run", "final")).to(torch.float64)
     check_generated(zt, work("model"), work("run", "final"), peft, mutation != "generate")
     refused([zt, "eval", "--model", work("model"), "--adapter", work("absent"), "--data",
-             work("tok.h5")], "eval: --adapter '" + work("absent") + "' is not a directory")
+             work("tok.h5")], "zerotrain eval: error: --adapter '" + work("absent") + "' is not a directory")
     refused([zt, "generate", "--model", work("run", "final"), "--prompt", "x", "--tokenizer",
              "byte"], "has no config.json: it holds a PEFT adapter (adapter_config.json)")
 

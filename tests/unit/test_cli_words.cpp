@@ -67,9 +67,9 @@ TEST(CliWords, AWordNoOptionTakesIsRefusedNamingItOnEveryCommand) {
     EXPECT_FALSE(fs::exists(tmp / "x.h5"));
   }
   // A command with positional arguments refuses one too many, naming it.
-  expect_failure_naming(
-      run_zerotrain("info " + model + " " + data),
-      {"info: unexpected word '" + (tmp / "data.h5") + "': info takes 1 positional argument"});
+  expect_failure_naming(run_zerotrain("info " + model + " " + data),
+                        {"zerotrain info: error: unexpected word '" + (tmp / "data.h5") +
+                         "': info takes 1 positional argument"});
 }
 
 }  // namespace

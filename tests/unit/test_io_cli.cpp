@@ -93,6 +93,23 @@ TEST(IoCli, InitInfoAndPrepareDataWork) {
   EXPECT_NE(r.output.find("step: 12"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("world_size: 4"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("stage: 3"), std::string::npos) << r.output;
+  // A checkpoints directory is read through its `latest`; a run's OUT is refused, naming what
+  // describes it.
+  const std::string run = tmp / "run", step = run + "/checkpoints/step-00000012";
+  std::filesystem::create_directories(run + "/checkpoints");
+  std::filesystem::rename(tmp / "ckpt", step);
+  testing::write_file(run + "/checkpoints/latest", "step-00000012\n");
+  testing::write_file(run + "/run.json", "{}");
+  r = run_zerotrain("info " + q(run + "/checkpoints"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step: 12"), std::string::npos) << r.output;
+  r = run_zerotrain("info " + q(run));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(
+      r.output.find("'" + run + "' is a training run's output directory: `zerotrain report " + run +
+                    "` summarizes the run, `zerotrain info " + step + "` its latest checkpoint"),
+      std::string::npos)
+      << r.output;
 }
 
 TEST(IoCli, InitFromConfigJsonAndConfigIni) {
