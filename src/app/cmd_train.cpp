@@ -169,14 +169,20 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   in.resume_dir = resolve_resume_checkpoint(o.checkpoint.resume, o.out, &fallback_note);
   if (rank == 0 && !fallback_note.empty())
     std::fprintf(stderr, "warning: --resume auto: %s\n", fallback_note.c_str());
-  if (o.checkpoint.resume == "none") check_output_dir(o.out, o.overwrite);
+  const bool afresh = starts_afresh_in(o.out, o.checkpoint.resume, in.resume_dir, o.overwrite);
+  if (afresh) check_output_dir(o.out, o.overwrite);
   if (o.checkpoint.resume == "auto" && in.resume_dir.empty())
     check_fresh_start_in(o.out, o.overwrite);
-  if (rank == 0 && o.checkpoint.resume == "none" && o.overwrite) clear_previous_run(o.out);
+  if (rank == 0 && afresh && o.overwrite) clear_previous_run(o.out);
   // A checkpoint of another model, other adapters or other frozen tensors is refused before the
   // engine is built (its buffers, and a model directory's weights read, for nothing).
   if (!in.resume_dir.empty()) {
     const CheckpointManifest manifest = CheckpointManifest::read(in.resume_dir);
+    const std::string at = std::to_string(manifest.progress.step);
+    ZT_CHECK(manifest.progress.step <= o.steps,
+             "the checkpoint '" + in.resume_dir + "' is at step " + at + ", past --steps " +
+                 std::to_string(o.steps) + ": give --steps " + at + " or more to finish its " +
+                 "run, --resume an earlier one, or `zerotrain consolidate` it into a model");
     const ParamLayout layout(config);
     check_checkpoint_model(manifest, config, layout, in.resume_dir);
     check_checkpoint_trainable(manifest, layout, in.spec.trainable, in.resume_dir);
@@ -412,21 +418,12 @@ void set_first_values(ZeroEngine& engine, const TrainInputs& in, uint64_t seed) 
   }
 }
 
-// A resumed checkpoint at or past --steps: training is complete. A run that saved its last
-// checkpoint but could not write final/ (a full disk, a kill) gets it now. Collective.
-int finish_completed_run(ZeroEngine& engine, const TrainInputs& in, const TrainOptions& o,
-                         MpiCommunicator& comm, int64_t step) {
-  if (in.lock) in.lock->keep();  // final/ may be written below
-  const std::string final_dir = o.out + "/final";
-  const bool have_final =
-      have_model_with_tokenizer(final_dir, in.tokenizer, in.spec.model.lora.enabled());
-  if (!have_final) write_model_with_tokenizer(engine, final_dir, comm, in.tokenizer, o);
-  if (comm.rank() != 0) return 0;
-  std::cerr << "checkpoint is at step " << step << " of " << o.steps
-            << (have_final ? ": nothing to train\n"
-                           : ": training is complete; wrote " + final_dir + "\n");
-  announce_finished_run(o.out, o.to_json(), comm.world_size());
-  return 0;
+// Whether OUT's run has ended: its final model and report are there (shared files: every rank's
+// answer). A checkpoint at --steps without them was stopped after its save (a kill, a full disk).
+bool run_has_ended(const TrainInputs& in, const TrainOptions& o) {
+  std::error_code ec;
+  return std::filesystem::exists(o.out + "/report.json", ec) &&
+         have_model_with_tokenizer(o.out + "/final", in.tokenizer, in.spec.model.lora.enabled());
 }
 
 // What the training loop steps with.
@@ -567,8 +564,19 @@ int run_training(TrainOptions o) {
     TrainingProgress start;  // steps done before this run (a resumed checkpoint's)
     if (!in.resume_dir.empty()) {
       start = checkpointing.resume(engine);
-      sampler.set_cursor(start.cursor);
-      if (start.step >= o.steps) return finish_completed_run(engine, in, o, comm, start.step);
+      if (sampler.set_cursor(start.cursor) && is_root)
+        std::cerr << "zerotrain train: note: the checkpoint's data position "
+                  << start.cursor.position
+                  << " is past this dataset's end: the run continues at epoch "
+                  << start.cursor.epoch + 1 << "'s start\n";
+      if (start.step == o.steps && run_has_ended(in, o)) {  // nothing to train
+        if (in.lock) in.lock->keep();
+        if (is_root) announce_finished_run(o.out, o.to_json(), world, start.step);
+        return 0;
+      }
+      if (is_root && start.step == o.steps)  // the end (evaluation, final/, report), no step
+        std::cerr << "checkpoint is at step " << start.step << " of " << o.steps
+                  << ": training is complete; finishing the run in " << o.out << "\n";
     }
 
     write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), in.spec,

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include "comm/collective_outcome.h"
 #include "engine/zero_config.h"
 #include "io/fs_util.h"
+#include "io/run_directory.h"
 #include "runtime/signals.h"
 #include "util/error.h"
 #include "util/stopwatch.h"
@@ -113,6 +115,21 @@ void check_fresh_start_in(const std::string& out_dir, bool overwrite) {
                "new one would replace; give --overwrite to start afresh anyway");
 }
 
+bool starts_afresh_in(const std::string& out_dir, const std::string& resume_mode,
+                      const std::string& checkpoint, bool overwrite) {
+  if (checkpoint.empty()) return resume_mode == "none";
+  std::error_code ec;
+  const fs::path out = fs::weakly_canonical(out_dir, ec), at = fs::weakly_canonical(checkpoint, ec);
+  const auto [out_end, at_end] = std::mismatch(out.begin(), out.end(), at.begin(), at.end());
+  if (out_end == out.end()) return false;  // a checkpoint of OUT's own run: it continues
+  ZT_CHECK(overwrite || !fs::is_directory(out_dir, ec) || run_directory_is_empty(out_dir),
+           "output directory '" + out_dir + "' holds a run of its own, and --resume '" +
+               resume_mode + "' is a checkpoint from elsewhere, whose continuation would mix " +
+               "with it: --resume auto continues the run there; --overwrite replaces it with " +
+               "the continuation of '" + checkpoint + "'; or give another --out");
+  return true;
+}
+
 TrainCheckpointing::TrainCheckpointing(const CheckpointFlags& flags, const std::string& out_dir,
                                        const TrainingHyperparameters& hyper, Communicator& comm,
                                        std::string resume_dir,
@@ -156,6 +173,16 @@ TrainingProgress TrainCheckpointing::resume(ZeroEngine& engine) {
                                                 flags_.allow_data_change);
       });
   const double seconds = clock.seconds();
+  // The stages reduce a step's gradients (or their norm) in orders of their own at several ranks;
+  // a new world size is warned of above.
+  const int stage = engine.zero_config().stage;
+  if (manifest.zero_stage != stage && manifest.world_size == world && world > 1 &&
+      !hyper_.world_invariant)
+    warnings.push_back("zero_stage: checkpoint " + std::to_string(manifest.zero_stage) + ", run " +
+                       std::to_string(stage) + " at " + std::to_string(world) +
+                       " ranks without --world-invariant (each stage sums a step's gradients and "
+                       "their norm in an order of its own): the continuation may differ in the "
+                       "last bits from an uninterrupted run at either stage");
   if (comm_.rank() == 0) {
     for (const std::string& w : warnings)
       std::fprintf(stderr, "warning: resuming from %s: %s\n", resume_dir_.c_str(), w.c_str());
@@ -225,7 +252,9 @@ bool TrainCheckpointing::after_step(ZeroEngine& engine, const TrainingProgress& 
   return stop;
 }
 
-void announce_finished_run(const std::string& out, const nlohmann::json& asked, int world) {
+void announce_finished_run(const std::string& out, const nlohmann::json& asked, int world,
+                           int64_t step) {
+  std::cerr << "checkpoint is at step " << step << " of " << step << ": nothing to train\n";
   std::error_code ec;
   const std::string path = out + "/run.json";
   const nlohmann::json recorded =

@@ -54,6 +54,13 @@ bool frozen_as_digest(const std::string& word, bool lora);
 // that stopped before its first checkpoint is started again, beside whatever else a job script
 // wrote there (the Slurm scripts' slurm-env files).
 void check_fresh_start_in(const std::string& out_dir, bool overwrite);
+// Whether the run starts OUT afresh (what --overwrite then clears): without --resume, or with a
+// `checkpoint` (resolved from `resume_mode`; "" when none) from outside OUT, whose continuation is
+// a new run there; refused when OUT holds a run of its own without --overwrite, as the two would
+// mix. A checkpoint of OUT's own run continues it; --resume auto that found none is
+// check_fresh_start_in's.
+bool starts_afresh_in(const std::string& out_dir, const std::string& resume_mode,
+                      const std::string& checkpoint, bool overwrite);
 // The --packing a run trains with: auto on a resume continues the checkpoint's packing (a run
 // from before the option was wrapped), so that the command line that started a run resumes it;
 // otherwise `requested` resolved for `data` (resolve_packing).
@@ -104,11 +111,13 @@ class TrainCheckpointing {
   std::map<std::string, std::string> files_beside_;
 };
 
-// A resume that found OUT's run finished (rank 0): warns when the run.json there records another
-// layout (world size, ZeRO stage, batch shape, checkpointing, precision, offload) than `asked`
-// (the run's options as run.json's "config" records them) at `world`, which therefore trained
-// nothing; else marks OUT/report.json current as of this run, whose script reads a report newer
-// than its launch as the run's success (slurm/common.sh: a requeue of a job that had finished).
-void announce_finished_run(const std::string& out, const nlohmann::json& asked, int world);
+// A resume that found OUT's run finished at `step` (rank 0): says so; warns when the run.json there
+// records another layout (world size, ZeRO stage, batch shape, checkpointing, precision, offload)
+// than `asked` (the run's options as run.json's "config" records them) at `world`, which therefore
+// trained nothing; else marks OUT/report.json current as of this run, whose script reads a report
+// newer than its launch as the run's success (slurm/common.sh: a requeue of a job that had
+// finished).
+void announce_finished_run(const std::string& out, const nlohmann::json& asked, int world,
+                           int64_t step);
 
 }  // namespace zt

@@ -134,12 +134,13 @@ WindowPieces WindowSchedule::window(int64_t w) const {
                       begin + layout_.first[static_cast<size_t>(w) + 1]);
 }
 
-void WindowSchedule::set_cursor(const DataCursor& c) {
-  ZT_CHECK(c.epoch >= 0 && c.position >= 0 && c.position < num_windows_,
-           "data cursor (epoch " + std::to_string(c.epoch) + ", position " +
-               std::to_string(c.position) + ") is outside the dataset's " +
-               std::to_string(num_windows_) + " windows");
-  cursor_ = c;
+bool WindowSchedule::set_cursor(const DataCursor& c) {
+  ZT_CHECK(c.epoch >= 0 && c.position >= 0, "data cursor (epoch " + std::to_string(c.epoch) +
+                                                ", position " + std::to_string(c.position) +
+                                                ") is negative");
+  const bool past_end = c.position >= num_windows_;
+  cursor_ = past_end ? DataCursor{c.epoch + 1, 0} : c;
+  return past_end;
 }
 
 int64_t WindowSchedule::window_at(int64_t global_position) {

@@ -103,7 +103,10 @@ class WindowSchedule {
   PackingFigures figures() const;  // the windows, and their rows that hold data
 
   const DataCursor& cursor() const { return cursor_; }
-  void set_cursor(const DataCursor& c);  // validates position < W
+  // Validates position >= 0. A position past this dataset's W windows (a resume onto other data,
+  // --allow-data-change) continues at the next epoch's start: the epoch had passed this data's
+  // end. Returns whether it did.
+  bool set_cursor(const DataCursor& c);
   int64_t windows_consumed() const { return cursor_.epoch * num_windows_ + cursor_.position; }
 
   // The position within a step of rank r's micro-batch m, element b: (m·N + r)·B + b.
@@ -177,7 +180,7 @@ class WindowSampler {
   // step: S steps are E epochs", F the share of the windows' targets that are not padding.
   std::string epoch_summary(int64_t steps) const;
   const DataCursor& cursor() const { return schedule_.cursor(); }
-  void set_cursor(const DataCursor& c) { schedule_.set_cursor(c); }
+  bool set_cursor(const DataCursor& c) { return schedule_.set_cursor(c); }
 
  private:
   const TokenDataset& data_;

@@ -74,13 +74,15 @@ TEST_F(FullDisk, FinalModelOnAFullDiskFailsNamingEnospcAndResumeWritesIt) {
   EXPECT_FALSE(fs::exists(out + "/final"));
   EXPECT_FALSE(has_temp_dir(out));
   EXPECT_TRUE(fs::exists(out + "/checkpoints/step-00000004/manifest.json"));
-  // With room again, the same command resumes at the last step and writes final/ only.
+  // With room again, the same command resumes at the last step and ends the run: final/ and the
+  // report, no step.
   fs::remove_all(out + "/checkpoints/step-00000002");
   r = run_command(mpirun_zerotrain(2) + args + " --resume auto");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("training is complete; wrote " + out + "/final"), std::string::npos)
+  EXPECT_NE(r.output.find("training is complete; finishing the run in " + out), std::string::npos)
       << r.output;
   EXPECT_TRUE(fs::exists(out + "/final/model.h5.index.json"));
+  EXPECT_TRUE(fs::exists(out + "/report.json"));
 }
 
 TEST_F(FullDisk, ConsolidationThatFillsTheDiskMidWriteEndsWithoutHanging) {

@@ -112,9 +112,13 @@ TEST(TrainData, EpochsAreTheStepsThatReadThemRoundedUp) {
 TEST(TrainData, CursorCanBeRestored) {
   WindowSchedule a(1000, 16, 2, 2, 2, 5), b(1000, 16, 2, 2, 2, 5);
   for (int i = 0; i < 9; ++i) a.advance();
-  b.set_cursor(a.cursor());
+  EXPECT_FALSE(b.set_cursor(a.cursor()));
   EXPECT_EQ(a.global_windows(), b.global_windows());
-  EXPECT_THROW(b.set_cursor(DataCursor{0, 62}), Error);
+  EXPECT_THROW(b.set_cursor(DataCursor{0, -1}), Error);
+  // A position past this data's 62 windows (a resume onto smaller data) starts the next epoch.
+  EXPECT_TRUE(b.set_cursor(DataCursor{3, 62}));
+  EXPECT_EQ(b.cursor().epoch, 4);
+  EXPECT_EQ(b.cursor().position, 0);
 }
 
 class TempDir {
