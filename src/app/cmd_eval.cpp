@@ -117,7 +117,7 @@ int run_eval(const EvalOptions& o) {
       adapter = std::make_unique<PeftAdapterReader>(
           o.adapter, adapter_model_config(o.adapter, reader_ptr->config()));
     data_ptr = std::make_unique<TokenDataset>(o.data);
-    check_data_fits_model(*data_ptr, o.data, o.model_dir, reader_ptr->config().vocab_size);
+    check_data_fits_model(*data_ptr, o.data, o.model_dir);
     windows = eval_windows(*data_ptr, o.batches, B, T);
     document_masks =
         resolve_document_masking(o.document_masking, data_ptr->num_documents(), o.data, kCommand);

@@ -143,7 +143,7 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
     TokenizerFiles model_tokenizer = read_tokenizer_files(o.model_dir);
     if (model_tokenizer.files.count("tokenizer.json")) in.tokenizer = std::move(model_tokenizer);
   }
-  check_data_fits_model(*in.data, o.data, o.model_dir, config.vocab_size);
+  check_data_fits_model(*in.data, o.data, o.model_dir);
   // From here on the options hold the mode that runs, so the ranks agree on it and run.json
   // records it.
   const bool document_masks =

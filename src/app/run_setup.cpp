@@ -269,11 +269,7 @@ void check_same_tokenizer(const TokenDataset& data, const std::string& data_path
 }  // namespace
 
 void check_data_fits_model(const TokenDataset& data, const std::string& data_path,
-                           const std::string& model_dir, int64_t vocab_size) {
-  ZT_CHECK(data.tokenizer_files().empty() || data.vocab_size() <= vocab_size,
-           "--data '" + data_path + "' was tokenized by " + data.tokenizer() + " with " +
-               std::to_string(data.vocab_size()) + " tokens, more than the model's vocab_size " +
-               std::to_string(vocab_size));
+                           const std::string& model_dir) {
   std::error_code ec;
   const bool model_tokenizer =
       !model_dir.empty() && std::filesystem::exists(model_dir + "/tokenizer.json", ec);

@@ -127,13 +127,15 @@ EngineChoices parse_engine_choices(const RunEngineOptions& o, const std::string&
 EngineSpec resolve_engine_spec(const RunEngineOptions& o, const EngineChoices& choices,
                                const ModelConfig& model);
 
-// The training data's tokens fit the model (`model_dir`, "" for a preset): a Hugging Face
-// tokenizer's ids are all rows of its embedding (`vocab_size`), and byte-level data (prepare-data
-// --text without --tokenizer) does not go to a model that carries its own tokenizer.json, which
-// would read the bytes as its token ids, nor data that another tokenizer made (its tokenizer.json
-// holds a regular token at an id where the model's holds another).
+// The training data's tokens are the model's (`model_dir`, "" for a preset): byte-level data
+// (prepare-data --text without --tokenizer) does not go to a model that carries its own
+// tokenizer.json, which would read the bytes as its token ids, nor data that another tokenizer
+// made (its tokenizer.json holds a regular token at an id where the model's holds another). A
+// tokenizer with more tokens than the model's vocab_size (an added token past the embedding's
+// rows, which len(tokenizer) counts) is the model's all the same, as the Hugging Face Trainer
+// takes it: an id at or past vocab_size is what cannot train, which the sampler refuses by index.
 void check_data_fits_model(const TokenDataset& data, const std::string& data_path,
-                           const std::string& model_dir, int64_t vocab_size);
+                           const std::string& model_dir);
 
 // --offload-optimizer-overlap auto: the host bytes one rank's kept state may take, half of what
 // the host's available memory (/proc/meminfo's MemAvailable, shared by `local_size` ranks) leaves

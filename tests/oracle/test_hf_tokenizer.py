@@ -252,8 +252,8 @@ class TokenizerOracle:
 
     def bad_input(self):
         """Part 4."""
-        zt, work, python, text_file, reference, text, vocab = (
-            self.zt, self.work, self.python, self.text_file, self.reference, self.text, self.vocab)
+        zt, work, python, text_file, reference, text = (
+            self.zt, self.work, self.python, self.text_file, self.reference, self.text)
         # 4. Bad input.
         with open(work("bad.jsonl"), "w") as f:
             f.write(json.dumps({"content": "fine"}) + "\n" + json.dumps({"text": "no"}) + "\n")
@@ -288,10 +288,13 @@ class TokenizerOracle:
         check("note: the tokenizer names no eos_token: the documents end without one" in out and
               dataset(work("no_eos.h5"))[0].tolist() == reference(text)["input_ids"],
               "a tokenizer without eos_token: no note, or not tokenizer(text)'s ids")
-        # Over the run of step 3 with --overwrite: refused before the old run is cleared.
+        # Over the run of step 3 with --overwrite: refused before the old run is cleared, naming
+        # the first id past the tiny preset's 256 rows.
+        first_past = next(i for i, t in enumerate(dataset(work("text.h5"))[0]) if t >= 256)
         refused([zt, "train", "--preset", "tiny", "--data", work("text.h5"), "--out",
                  work("run"), "--overwrite", "--steps", "1", "--seq-len", "16"],
-                [work("text.h5"), str(vocab), "256"], work("no_such_output"))
+                [work("text.h5"), f"at index {first_past} is not below the vocab size 256"],
+                work("no_such_output"))
         check(os.path.isfile(work("run", "run.json")) and
               os.path.isfile(work("run", "final", "tokenizer.json")),
               "a refused --overwrite run removed the previous run")

@@ -523,5 +523,34 @@ TEST(IoTokenDataset, ExistingOutputNeedsOverwrite) {
   EXPECT_EQ(TokenDataset(tmp / "o.h5").size(), 4);
 }
 
+// A tokenizer with more tokens than the model's vocab_size (an added token past the embedding's
+// rows, which len(tokenizer) counts) trains on its ids, as the Hugging Face Trainer does; an id at
+// or past vocab_size is refused, naming it.
+TEST(IoTokenDataset, ATokenizerLargerThanTheEmbeddingTrainsOnIdsBelowIt) {
+  TempDir tmp;
+  const auto write = [&](const std::string& name, uint32_t largest) {
+    TokenDatasetWriter w(tmp / name, 257, "hf:tok");  // the tiny preset's vocab_size is 256
+    TokenizerFiles files;
+    files.files["tokenizer.json"] = "{\"model\": {}}";
+    w.set_tokenizer_files(files);
+    std::vector<uint32_t> tokens(400);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 7 % 200);
+    tokens[123] = largest;
+    w.append(tokens.data(), tokens.size(), "test");
+    w.finish();
+  };
+  write("below.h5", 255);
+  write("past.h5", 256);
+  const std::string train = "train --preset tiny --steps 1 --micro-batch 2 --seq-len 16 --out ";
+  testing::RunResult r =
+      testing::run_zerotrain(train + (tmp / "a") + " --data " + (tmp / "below.h5"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = testing::run_zerotrain(train + (tmp / "b") + " --data " + (tmp / "past.h5"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("token 256 at index 123 is not below the vocab size 256"),
+            std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace zt
