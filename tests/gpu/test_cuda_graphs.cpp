@@ -110,6 +110,8 @@ void expect_graphs_replay_bitwise(const GraphCase& c) {
   EXPECT_EQ(r.off_reason, "") << c.label << ": the graphs turned off";
   EXPECT_GT(r.recorded, 0) << c.label;
   EXPECT_GT(r.replayed, 0) << c.label;
+  // A recording that failed and ran op by op (retried, or not) passes the bits: it must not happen.
+  EXPECT_EQ(r.failed, 0) << c.label << ": " << r.last_failure;
   for (size_t s = 0; s < eager.losses.size(); ++s) {
     EXPECT_EQ(graphed.losses[s], eager.losses[s]) << c.label << ": step " << s + 1 << "'s loss";
     EXPECT_EQ(graphed.norms[s], eager.norms[s]) << c.label << ": step " << s + 1 << "'s norm";

@@ -1,6 +1,6 @@
 // The CUPTI kernel profiler (train --profile-steps) on a GPU: it records the backend's GEMMs,
 // its own kernels and the copies between start() and stop(), each in its category, within a
-// window that holds them, and records nothing outside that window.
+// window that holds them, and records nothing outside that window, nor what discard() dropped.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -51,6 +51,28 @@ TEST(CudaKernelProfile, RecordsTheBackendsKernelsAndCopiesInTheirCategories) {
     }
     std::printf("round %d:\n%s", round, kernel_profile_table(p).c_str());
   }
+}
+
+// discard() drops what the window recorded so far (a CUDA graph's recording, which replays
+// later): after it, only what follows is recorded.
+TEST(CudaKernelProfile, DiscardDropsWhatCameBeforeIt) {
+  auto gpu = make_cuda_backend(0);
+  const int64_t M = 256, N = 512, K = 384;
+  DeviceBuffer<float> x(random_floats(M * K, 1)), w(random_floats(N * K, 2)), y(M * N);
+  std::unique_ptr<KernelProfiler> profiler = gpu->make_kernel_profiler();
+  profiler->start();
+  gpu->matmul_forward(y.get(), x.get(), w.get(), M, N, K);  // discarded
+  profiler->discard();
+  const uint64_t begin = profiler->now();
+  gpu->scale_inplace(y.get(), 0.5f, M * N);
+  const uint64_t end = profiler->now();
+  const KernelProfiler::Recording r = profiler->stop();
+  const KernelProfile p = summarize_kernel_profile(r.activities, {{begin, end}}, 1);
+  auto of = [&](KernelCategory c) { return p.categories[static_cast<size_t>(c)]; };
+  EXPECT_EQ(of(KernelCategory::kGemm).calls, 0) << kernel_profile_table(p);
+  EXPECT_EQ(of(KernelCategory::kPointwise).calls, 1) << kernel_profile_table(p);
+  EXPECT_EQ(r.dropped_records, 0);
+  for (const DeviceActivity& a : r.activities) EXPECT_GE(a.start_ns, begin) << a.name;
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <limits>
 #include <memory>
 
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/device_arena_plan.h"
 #include "cuda_kernels_fixture.h"
 #include "gpu_test_util.h"
 #include "util/error.h"
@@ -128,6 +130,21 @@ TEST_F(CudaKernels, EmbeddingForwardBackwardBitwise) {
     gpu_->embedding_backward(d_dtable.get(), d_dx.get(), d_grad_tokens.get(), n, D);
     EXPECT_TRUE(bitwise_equal(d_x.download(), x, "embedding forward"));
     EXPECT_TRUE(bitwise_equal(d_dtable.download(), dtable, "embedding backward"));
+    // Each kernel alone, so that a backend sending every shape to one of them still fails here:
+    // the sorted one (with scratch of its own) and the scan one.
+    const size_t scratch_bytes = cuda::embedding_sort_scratch_bytes(n);
+    if (n <= 16384) {  // up to a 1b step's 2 × 8192 positions the backend takes the sorted kernel
+      EXPECT_LE(scratch_bytes + cuda::kArenaAlignment, cuda::kReductionScratchBytes);
+    }
+    DeviceBuffer<uint8_t> scratch(scratch_bytes);
+    DeviceBuffer<float> d_sorted(dtable0), d_scan(dtable0);
+    cuda::launch_embedding_backward_sorted(d_sorted.get(), d_dx.get(), d_grad_tokens.get(), n, D,
+                                           scratch.get(), scratch_bytes, nullptr);
+    cuda::launch_embedding_backward(d_scan.get(), d_dx.get(), d_grad_tokens.get(), n, D, nullptr);
+    ZT_CUDA_CHECK(cudaGetLastError());
+    ZT_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(bitwise_equal(d_sorted.download(), dtable, "the sorted kernel"));
+    EXPECT_TRUE(bitwise_equal(d_scan.download(), dtable, "the scan kernel"));
   }
 }
 
