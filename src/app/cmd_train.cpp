@@ -177,12 +177,8 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   // A checkpoint of another model, other adapters or other frozen tensors is refused before the
   // engine is built (its buffers, and a model directory's weights read, for nothing).
   if (!in.resume_dir.empty()) {
-    const CheckpointManifest manifest = CheckpointManifest::read(in.resume_dir);
-    const std::string at = std::to_string(manifest.progress.step);
-    ZT_CHECK(manifest.progress.step <= o.steps,
-             "the checkpoint '" + in.resume_dir + "' is at step " + at + ", past --steps " +
-                 std::to_string(o.steps) + ": give --steps " + at + " or more to finish its " +
-                 "run, --resume an earlier one, or `zerotrain consolidate` it into a model");
+    const CheckpointManifest manifest =
+        manifest_to_resume(o.checkpoint, o.out, in.resume_dir, o.steps);
     const ParamLayout layout(config);
     check_checkpoint_model(manifest, config, layout, in.resume_dir);
     check_checkpoint_trainable(manifest, layout, in.spec.trainable, in.resume_dir);

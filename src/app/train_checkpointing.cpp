@@ -115,6 +115,19 @@ void check_fresh_start_in(const std::string& out_dir, bool overwrite) {
                "new one would replace; give --overwrite to start afresh anyway");
 }
 
+CheckpointManifest manifest_to_resume(const CheckpointFlags& flags, const std::string& out_dir,
+                                      const std::string& dir, int64_t steps) {
+  CheckpointManifest manifest;
+  read_checkpoint_to_resume(flags.resume, out_dir, dir,
+                            [&] { manifest = CheckpointManifest::read(dir); });
+  const std::string at = std::to_string(manifest.progress.step);
+  ZT_CHECK(manifest.progress.step <= steps,
+           "the checkpoint '" + dir + "' is at step " + at + ", past --steps " +
+               std::to_string(steps) + ": give --steps " + at + " or more to finish its run, " +
+               "--resume an earlier one, or `zerotrain consolidate` it into a model");
+  return manifest;
+}
+
 bool starts_afresh_in(const std::string& out_dir, const std::string& resume_mode,
                       const std::string& checkpoint, bool overwrite) {
   if (checkpoint.empty()) return resume_mode == "none";
@@ -167,11 +180,13 @@ TrainingProgress TrainCheckpointing::resume(ZeroEngine& engine) {
   const int world = comm_.world_size();
   const std::string precision = precision_name(engine.precision());
   std::vector<std::string> warnings;
-  const CheckpointManifest manifest =
-      load_checkpoint(engine, resume_dir_, [&](const CheckpointManifest& m) {
-        warnings = check_resume_hyperparameters(m, hyper_, world, precision, resume_dir_,
-                                                flags_.allow_data_change);
-      });
+  CheckpointManifest manifest;
+  read_checkpoint_to_resume(flags_.resume, out_dir_, resume_dir_, [&] {
+    manifest = load_checkpoint(engine, resume_dir_, [&](const CheckpointManifest& m) {
+      warnings = check_resume_hyperparameters(m, hyper_, world, precision, resume_dir_,
+                                              flags_.allow_data_change);
+    });
+  });
   const double seconds = clock.seconds();
   // The stages reduce a step's gradients (or their norm) in orders of their own at several ranks;
   // a new world size is warned of above.

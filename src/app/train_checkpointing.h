@@ -54,6 +54,10 @@ bool frozen_as_digest(const std::string& word, bool lora);
 // that stopped before its first checkpoint is started again, beside whatever else a job script
 // wrote there (the Slurm scripts' slurm-env files).
 void check_fresh_start_in(const std::string& out_dir, bool overwrite);
+// The manifest of the checkpoint `dir` a resume continues (read_checkpoint_to_resume's hint on a
+// damaged one); refused when its step is past --steps (`steps`), naming what would go on from it.
+CheckpointManifest manifest_to_resume(const CheckpointFlags& flags, const std::string& out_dir,
+                                      const std::string& dir, int64_t steps);
 // Whether the run starts OUT afresh (what --overwrite then clears): without --resume, or with a
 // `checkpoint` (resolved from `resume_mode`; "" when none) from outside OUT, whose continuation is
 // a new run there; refused when OUT holds a run of its own without --overwrite, as the two would

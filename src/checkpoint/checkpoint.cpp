@@ -390,6 +390,33 @@ std::string checkpoint_dir_through_latest(const std::string& path) {
   return path;
 }
 
+void read_checkpoint_to_resume(const std::string& mode, const std::string& out_dir,
+                               const std::string& dir, const std::function<void()>& read) {
+  if (mode != "auto") return read();
+  const auto hint = [&] {
+    try {
+      const std::string chosen = fs::path(strip_trailing_slashes(dir)).filename().string();
+      int64_t newest = -1;
+      for (const CompleteCheckpoint& found : complete_checkpoints(checkpoints_root(out_dir)))
+        if (found.dir.filename().string() != chosen) newest = std::max(newest, found.step);
+      if (newest < 0) return std::string();
+      return " (--resume auto read the checkpoint OUT/checkpoints/latest names; where it is " +
+             std::string("damaged, --resume ") + checkpoints_root(out_dir) + "/" +
+             checkpoint_step_dir_name(newest) + ", the newest other complete one, continues " +
+             "from there)";
+    } catch (const Error&) {
+      return std::string();
+    }
+  };
+  try {
+    read();
+  } catch (const AgreedError& e) {
+    throw AgreedError(e.what() + hint());
+  } catch (const Error& e) {
+    throw Error(e.what() + hint());
+  }
+}
+
 std::string resolve_resume_checkpoint(const std::string& mode, const std::string& out_dir,
                                       std::string* fallback_note) {
   if (mode.empty() || mode == "none") return "";
@@ -407,15 +434,17 @@ std::string resolve_resume_checkpoint(const std::string& mode, const std::string
                          "checkpoint, " + newest;
       return newest;
     }
-    dir = named_by_latest(root, latest);
+    read_checkpoint_to_resume(mode, out_dir, "", [&] { dir = named_by_latest(root, latest); });
   }
   // "step-N/." or "step-N/" names step-N itself (its parent is the checkpoints root).
   dir = normal_dir_path(dir);
-  std::error_code ec;
-  ZT_CHECK(fs::exists(dir, ec), "checkpoint directory '" + dir + "' does not exist" +
-                                    (ec ? " or cannot be read (" + ec.message() + ")" : ""));
-  ZT_CHECK(fs::exists(dir + "/" + kCheckpointManifestFile),
-           "'" + dir + "' is not a complete checkpoint (no " + kCheckpointManifestFile + ")");
+  read_checkpoint_to_resume(mode, out_dir, dir, [&] {
+    std::error_code ec;
+    ZT_CHECK(fs::exists(dir, ec), "checkpoint directory '" + dir + "' does not exist" +
+                                      (ec ? " or cannot be read (" + ec.message() + ")" : ""));
+    ZT_CHECK(fs::exists(dir + "/" + kCheckpointManifestFile),
+             "'" + dir + "' is not a complete checkpoint (no " + kCheckpointManifestFile + ")");
+  });
   return dir;
 }
 

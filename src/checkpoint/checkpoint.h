@@ -105,6 +105,12 @@ std::string checkpoint_dir_through_latest(const std::string& path);
 // checkpoint_dir_through_latest, which must hold a manifest.
 std::string resolve_resume_checkpoint(const std::string& mode, const std::string& out_dir,
                                       std::string* fallback_note = nullptr);
+// Runs `read` on the checkpoint `dir` that --resume MODE chose in `out_dir` ("" when `latest` did
+// not name one). With MODE auto, an error it raises (a damaged or missing file, a setting that
+// differs) gets, appended, the newest other complete checkpoint there, which --resume PATH
+// continues from where `latest`'s is damaged; the error keeps its type (AgreedError or Error).
+void read_checkpoint_to_resume(const std::string& mode, const std::string& out_dir,
+                               const std::string& dir, const std::function<void()>& read);
 
 // Whether loading `manifest` into `engine` continues its fp16 loss scaler: both have one and its
 // settings are the same. Otherwise the run's scaler starts afresh from its own settings (a

@@ -566,6 +566,27 @@ TEST_F(CheckpointE2E, AResumeAtAnotherStageOrOntoSmallerDataSaysHowItGoesOn) {
       << resumed.output;
 }
 
+// --resume auto on a checkpoint `latest` names that is damaged or gone: the refusal names the
+// newest other complete checkpoint, which --resume PATH continues from.
+TEST_F(CheckpointE2E, ADamagedLatestCheckpointIsRefusedNamingTheOneBeforeIt) {
+  ASSERT_EQ(train("damaged", 6, "--save-every 2 --stop-after-step 4").exit_code, 124);
+  const std::string hint = "--resume " + path("damaged/checkpoints") +
+                           "/step-00000002, the newest other complete one, continues from there";
+  for (const auto& file : fs::directory_iterator(checkpoint("damaged", 4)))  // rank files, halved
+    if (file.path().filename() != "manifest.json")
+      fs::resize_file(file.path(), fs::file_size(file.path()) / 2);
+  RunResult r = train("damaged", 6, "--save-every 2 --resume auto");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find(hint), std::string::npos) << r.output;
+  fs::remove_all(checkpoint("damaged", 4));
+  r = train("damaged", 6, "--save-every 2 --resume auto");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(hint), std::string::npos) << r.output;
+  r = train("damaged", 6, "--save-every 2 --resume " + checkpoint("damaged", 2));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST_F(CheckpointE2E, RankDeathEndsTheJobWithinTheTimeout) {
   if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
   const auto t0 = Clock::now();
