@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -113,6 +114,80 @@ void check_fresh_start_in(const std::string& out_dir, bool overwrite) {
            "--resume auto found no checkpoint in '" + out_dir +
                "', so it would start afresh there, but it holds a finished run (final/) that a "
                "new one would replace; give --overwrite to start afresh anyway");
+}
+
+namespace {
+
+// The options that do not change what a run computes: where it writes, how often it logs and
+// saves, how it waits; and --epochs and --warmup-ratio, whose steps and warmup_steps are
+// compared. A resume that changes any other one continues on another trajectory.
+bool changes_trajectory(const std::string& key, const nlohmann::json& config) {
+  // clang-format off
+  static const std::set<std::string> volatile_keys = {
+      "checkpoint_frozen", "comm_timeout", "cuda_graphs", "eval_batches", "eval_data", "eval_every",
+      "gemm_algorithms", "keep_best", "keep_last", "log_every", "out", "overwrite", "resume",
+      "save_consolidated_every", "save_every", "nvme_path", "offload_buffer_count", "host_adam",
+      "offload_optimizer_overlap", "profile_steps", "epochs", "warmup_ratio"};
+  // clang-format on
+  // With the delayed update, a save or an evaluation applies the update held back: where they
+  // fall is part of the trajectory.
+  if ((key == "save_every" || key == "save_consolidated_every" || key == "eval_every") &&
+      config.value("offload_optimizer_delay", 0) > 0)
+    return true;
+  // --deterministic changes only the fused attention's backward.
+  if (key == "deterministic") return config.value("attention_kernel", "") == "fused";
+  // The warm-up of a delay that is off (a run.json from before the option was refused alone).
+  if (key == "offload_optimizer_delay_after") return config.value("offload_optimizer_delay", 0) > 0;
+  return !volatile_keys.count(key);
+}
+
+// An option's value in an earlier run.json; one that release did not have yet ran as its
+// default then (plain causal attention, no delayed update).
+nlohmann::json value_before(const nlohmann::json& before, const std::string& key) {
+  static const std::map<std::string, nlohmann::json> added_later = {
+      {"document_masking", "off"},
+      {"deterministic", true},
+      {"eval_every", 0},
+      {"packing", "wrapped"},
+      {"offload_gradient_copies", "fp32"},
+      {"offload_optimizer_delay", 0},
+      {"offload_optimizer_delay_after", OffloadConfig{}.delay_after}};
+  const auto it = added_later.find(key);
+  if (it != added_later.end() && !before.contains(key)) return it->second;
+  return before.value(key, nlohmann::json());
+}
+
+}  // namespace
+
+// A resume whose settings differ from those of the run that wrote OUT/final/ would leave that
+// model beside a run.json that no longer describes it: both move to OUT/previous-N/ first, with
+// a copy of its metrics.jsonl and report, and the continuation says so, naming the settings that
+// changed.
+void archive_diverged_final(const std::string& out, const nlohmann::json& record) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(out + "/final") || !fs::exists(out + "/run.json")) return;
+  const nlohmann::json previous = read_json_file(out + "/run.json");
+  const nlohmann::json before = previous.value("config", nlohmann::json::object());
+  const nlohmann::json& now = record.at("config");
+  std::string changed;
+  for (const auto& [key, value] : now.items())
+    if (changes_trajectory(key, now) && value_before(before, key) != value)
+      changed += (changed.empty() ? "" : ", ") + key;
+  if (changed.empty()) return;
+  int n = 1;
+  while (fs::exists(out + "/previous-" + std::to_string(n))) ++n;
+  const std::string dir = out + "/previous-" + std::to_string(n);
+  fs::create_directories(dir);
+  move_into_place(out + "/final", dir + "/final", false);
+  write_text_file(dir + "/run.json", previous.dump(2) + "\n");
+  // Its metrics past the resumed step, which the continuation's log drops, and its report.
+  std::error_code ec;
+  for (const char* file : {"metrics.jsonl", "report.json", "report.md"})
+    if (fs::exists(out + "/" + file, ec))
+      fs::copy_file(out + "/" + file, dir + "/" + file, fs::copy_options::overwrite_existing);
+  std::cerr << "zerotrain train: note: this continuation changes " << changed
+            << " from the run that wrote " << out << "/final; that model, its run.json, "
+            << "metrics and report moved to " << dir << "/\n";
 }
 
 CheckpointManifest manifest_to_resume(const CheckpointFlags& flags, const std::string& out_dir,

@@ -65,6 +65,11 @@ CheckpointManifest manifest_to_resume(const CheckpointFlags& flags, const std::s
 // check_fresh_start_in's.
 bool starts_afresh_in(const std::string& out_dir, const std::string& resume_mode,
                       const std::string& checkpoint, bool overwrite);
+// A resume whose settings differ from those of the run that wrote OUT/final/ (`record`: this run's
+// run.json) would leave that model beside a run.json that no longer describes it: both move to
+// OUT/previous-N/ first, with a copy of its metrics.jsonl and report (the continuation's log drops
+// the steps past the resumed one), and the continuation says so, naming the settings that changed.
+void archive_diverged_final(const std::string& out, const nlohmann::json& record);
 // The --packing a run trains with: auto on a resume continues the checkpoint's packing (a run
 // from before the option was wrapped), so that the command line that started a run resumes it;
 // otherwise `requested` resolved for `data` (resolve_packing).

@@ -252,6 +252,20 @@ TEST_F(RunDirectory, ADivergingContinuationKeepsThePreviousFinalApart) {
   EXPECT_TRUE(fs::exists(out + "/previous-1/final/model.h5.index.json"));
   EXPECT_TRUE(fs::exists(out + "/final/model.h5.index.json"));
   EXPECT_EQ(nlohmann::json::parse(read_file(out + "/run.json"))["config"]["steps"], 6);
+  // Back to step 2 at another learning rate: the abandoned run's metrics past step 2, which the
+  // continuation's log drops, go along with its final/, and so does its report.
+  const std::string metrics = read_file(out + "/metrics.jsonl");
+  const std::string report = read_file(out + "/report.json");
+  r = run_zerotrain(train(out, "--steps 6 --save-every 2 --log-every 0 --lr 1e-3 --resume " + out +
+                                   "/checkpoints/step-00000002"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("that model, its run.json, metrics and report moved to " + out +
+                          "/previous-2/"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(read_file(out + "/previous-2/metrics.jsonl"), metrics);
+  EXPECT_EQ(read_file(out + "/previous-2/report.json"), report);
+  EXPECT_NE(read_file(out + "/metrics.jsonl"), metrics);
 }
 
 // A resume of another model, or with adapters its checkpoint lacks, is refused before the engine
