@@ -268,6 +268,20 @@ class TokenizerOracle:
                  "--text-field", "content", "--out", work("bad.h5")] + python,
                 [work("latin1.jsonl") + ":1002: not UTF-8 text: byte 17 of the line is 0xe9"],
                 work("bad.h5"))
+        # Half a surrogate pair escaped in JSON (a whole pair, an emoji, is one character), and a
+        # pretty-printed JSON object: each named, where the tokenizer or json alone say little.
+        with open(work("halves.jsonl"), "w") as f:
+            f.write('{"text": "\\ud83d\\ude00 whole"}\n{"text": "cut \\ud83d here"}\n')
+        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--jsonl", work("halves.jsonl"),
+                 "--out", work("bad.h5")] + python,
+                [work("halves.jsonl") + ":2: the escape \\ud83d is half of a UTF-16 surrogate"],
+                work("bad.h5"))
+        with open(work("object.json"), "w") as f:
+            json.dump({"text": "one object"}, f, indent=2)
+        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--jsonl", work("object.json"),
+                 "--out", work("bad.h5")] + python,
+                [work("object.json") + ":1: not a JSON line", "one JSON object over several lines"],
+                work("bad.h5"))
         open(work("empty.txt"), "w").close()
         refused([zt, "prepare-data", "--tokenizer", work("tok"), "--text", text_file, "--text",
                  work("empty.txt"), "--out", work("bad.h5")] + python,
