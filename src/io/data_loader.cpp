@@ -246,7 +246,7 @@ WindowSampler::WindowSampler(const TokenDataset& data, int64_t vocab_size, int64
           std::to_string(seq_len + 1) + " tokens, fewer than one global batch of " +
           std::to_string(G) + " windows (micro-batch " + std::to_string(micro_batch) +
           " x grad-accum " + std::to_string(grad_accum) + " x world " + std::to_string(world_size) +
-          ")");
+          "): a step takes whole windows, so lower one of those, or --seq-len, until a step fits");
   data.check_max_token(vocab_size);
   // A loss mask is read whole once (every value 0 or 1) and must count something to train on.
   ZT_CHECK(!data.has_loss_mask() || data.counted_tokens() > 0,
@@ -359,7 +359,10 @@ void check_eval_windows(const TokenDataset& data, int64_t num_windows, int64_t s
            "token dataset '" + data.path() + "' has " + std::to_string(data.size()) +
                " tokens; evaluating " + std::to_string(num_windows) + " windows of " +
                std::to_string(seq_len + 1) + " tokens needs " +
-               (overflow ? std::string("more than 2^63") : std::to_string(needed)));
+               (overflow ? std::string("more than 2^63") : std::to_string(needed)) +
+               (available > 0 ? "; ask for fewer batches (all: the " + std::to_string(available) +
+                                    " whole windows it holds)"
+                              : "; a shorter --seq-len fits it"));
 }
 
 void check_eval_targets_counted(const TokenDataset& data, int64_t num_windows, int64_t counted) {

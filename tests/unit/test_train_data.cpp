@@ -181,6 +181,8 @@ TEST(TrainData, SamplerRejectsShortDatasetAndBadTokens) {
     EXPECT_NE(msg.find(path), std::string::npos) << msg;
     EXPECT_NE(msg.find("12 windows"), std::string::npos) << msg;
     EXPECT_NE(msg.find("16 windows"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("lower one of those, or --seq-len, until a step fits"), std::string::npos)
+        << msg;
   }
   EXPECT_THROW(WindowSampler(data, 50, 8, 1, 1, 1, 0, 1), Error);  // token 99 ≥ 50
   EXPECT_NO_THROW(WindowSampler(data, 256, 8, 4, 3, 1, 0, 1));
@@ -198,7 +200,23 @@ TEST(TrainData, EvalWindowsAreConsecutiveAndNonOverlapping) {
       EXPECT_EQ(tg[static_cast<size_t>(w * T + t)], (2 + w) * 10 + t + 1);
     }
   EXPECT_NO_THROW(check_eval_windows(data, 10, T));
-  EXPECT_THROW(check_eval_windows(data, 11, T), Error);
+  try {
+    check_eval_windows(data, 11, T);
+    ADD_FAILURE() << "11 windows of 10 tokens from 100 tokens";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs 110; ask for fewer batches (all: the 10 whole "
+                                         "windows it holds)"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    check_eval_windows(data, 1, 100);
+    ADD_FAILURE() << "a window of 101 tokens from 100 tokens";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs 101; a shorter --seq-len fits it"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // "all" (kAllEvalBatches): every whole window, in batches that cover them; the last batch's windows
