@@ -286,6 +286,27 @@ zt_own_args_not_in_extra() {
   done
 }
 
+# A `--resume DIR` in `extra` (ZEROTRAIN_EXTRA_ARGS: another run's checkpoint to start from)
+# becomes --resume auto once the run directory holds checkpoints of its own (a requeued job):
+# the job goes on from its newest one, as torchtitan's initial_load_path gives way to the
+# checkpoints of its own folder; zerotrain refuses to mix the other run into this one.
+zt_resume_own_checkpoints() {
+  local i word
+  [ -e "$ZEROTRAIN_RUN_DIR/checkpoints/latest" ] || return 0
+  for i in "${!extra[@]}"; do
+    word=${extra[i]}
+    if [ "$word" = --resume ] && [ -n "${extra[i + 1]:-}" ] && [ "${extra[i + 1]}" != auto ] &&
+      [ "${extra[i + 1]}" != none ]; then
+      zt_log "$ZEROTRAIN_RUN_DIR holds checkpoints of its own: --resume auto continues them, in place of --resume ${extra[i + 1]} (which started the run)"
+      extra[i + 1]=auto
+    elif [[ "$word" == --resume=* ]] && [ "${word#--resume=}" != auto ] &&
+      [ "${word#--resume=}" != none ]; then
+      zt_log "$ZEROTRAIN_RUN_DIR holds checkpoints of its own: --resume auto continues them, in place of $word (which started the run)"
+      extra[i]=--resume=auto
+    fi
+  done
+}
+
 # Runs `zerotrain train` with the common flags plus "$@" under the launcher, then requeues the job
 # when zerotrain stopped on a signal after saving (exit 124). Returns zerotrain's exit code.
 zt_launch_training() {
@@ -310,6 +331,7 @@ zt_launch_training() {
   # shellcheck disable=SC2206  # flag strings are meant to be word-split
   extra=($offload ${ZEROTRAIN_EXTRA_ARGS:-} "$@")
   train_args=(train)
+  zt_resume_own_checkpoints
   zt_own_args_not_in_extra
   train_args+=(${extra[@]+"${extra[@]}"})
   zt_launcher

@@ -457,7 +457,11 @@ void info_peft_adapter(const std::string& dir, bool json, bool verify) {
   const fs::path final_dir = fs::path(dir) / "final";
   if (fs::is_directory(final_dir, ec))
     offer += ", `zerotrain info " + final_dir.string() + "` describes its final model";
-  const std::string latest = checkpoint_dir_through_latest(dir);
+  std::string latest = dir;
+  try {
+    latest = checkpoint_dir_through_latest(dir);
+  } catch (const Error&) {  // a `latest` that names nothing: the rest of the offer stands
+  }
   if (latest != dir) offer += ", `zerotrain info " + latest + "` its latest checkpoint";
   fail("'" + dir + "' is a training run's output directory: " + offer);
 }

@@ -169,11 +169,13 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   in.resume_dir = resolve_resume_checkpoint(o.checkpoint.resume, o.out, &fallback_note);
   if (rank == 0 && !fallback_note.empty())
     std::fprintf(stderr, "warning: --resume auto: %s\n", fallback_note.c_str());
+  // Another run's checkpoint may start beside what a job script wrote in OUT, not over a run.
   const bool afresh = starts_afresh_in(o.out, o.checkpoint.resume, in.resume_dir, o.overwrite);
-  if (afresh) check_output_dir(o.out, o.overwrite);
+  if (o.checkpoint.resume == "none") check_output_dir(o.out, o.overwrite);
   if (o.checkpoint.resume == "auto" && in.resume_dir.empty())
     check_fresh_start_in(o.out, o.overwrite);
-  if (rank == 0 && afresh && o.overwrite) clear_previous_run(o.out);
+  if (rank == 0 && afresh && o.overwrite && (in.resume_dir.empty() || holds_zerotrain_run(o.out)))
+    clear_previous_run(o.out);
   // A checkpoint of another model, other adapters or other frozen tensors is refused before the
   // engine is built (its buffers, and a model directory's weights read, for nothing).
   if (!in.resume_dir.empty()) {
@@ -350,12 +352,16 @@ void set_first_values(ZeroEngine& engine, const TrainInputs& in, uint64_t seed) 
   }
 }
 
-// Whether OUT's run has ended: its final model and report are there (shared files: every rank's
-// answer). A checkpoint at --steps without them was stopped after its save (a kill, a full disk).
-bool run_has_ended(const TrainInputs& in, const TrainOptions& o) {
+// Whether OUT's run has ended: its final model and report are there, as rank 0 sees them (every
+// rank takes its answer). A checkpoint at --steps without them was stopped after its save (a kill,
+// a full disk). Collective.
+bool run_has_ended(const TrainInputs& in, const TrainOptions& o, Communicator& comm) {
   std::error_code ec;
-  return std::filesystem::exists(o.out + "/report.json", ec) &&
-         have_model_with_tokenizer(o.out + "/final", in.tokenizer, in.spec.model.lora.enabled());
+  int32_t ended =
+      std::filesystem::exists(o.out + "/report.json", ec) &&
+      have_model_with_tokenizer(o.out + "/final", in.tokenizer, in.spec.model.lora.enabled());
+  comm.broadcast_blocking(&ended, 1, 0);
+  return ended != 0;
 }
 
 // What the training loop steps with.
@@ -501,7 +507,7 @@ int run_training(TrainOptions o) {
                   << start.cursor.position
                   << " is past this dataset's end: the run continues at epoch "
                   << start.cursor.epoch + 1 << "'s start\n";
-      if (start.step == o.steps && run_has_ended(in, o)) {  // nothing to train
+      if (start.step == o.steps && run_has_ended(in, o, comm)) {  // nothing to train
         if (in.lock) in.lock->keep();
         if (is_root) announce_finished_run(o.out, o.to_json(), world, start.step);
         return 0;

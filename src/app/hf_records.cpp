@@ -416,17 +416,6 @@ def json_decoded(value, field):
 # errors="surrogateescape" (decoding UTF-8 yields no others in this range).
 UNDECODED = re.compile("[\udc80-\udcff]")
 
-# A JSON escape of a UTF-16 surrogate (half of a pair; a whole pair decodes to one character).
-SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-def lone_surrogate(value):
-    """The first string in `value` holding a lone surrogate (no Unicode character), or None."""
-    if isinstance(value, str):
-        return value if LONE_SURROGATE.search(value) else None
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
-    return next((s for s in map(lone_surrogate, items) if s is not None), None)
-
 def json_lines(path, f):
     for number, line in numbered_lines(path, f):
         said = undecodable(f"{path}:{number}", line)
@@ -440,11 +429,6 @@ def json_lines(path, f):
             whole = (" (the file looks like one JSON object over several lines; JSON lines hold "
                      "one object a line, as `jq -c` writes them)") if line.strip() == "{" else ""
             sys.exit(f"{path}:{number}: not a JSON line: {e}{whole}")
-        bad = lone_surrogate(record) if SURROGATE_ESCAPE.search(line) else None
-        if bad is not None:
-            at = LONE_SURROGATE.search(bad).group()
-            sys.exit(f"{path}:{number}: the escape \\u{ord(at):04x} is half of a UTF-16 surrogate "
-                     "pair, no character (text cut between the two halves of an emoji, say)")
         yield number, record
 
 def undecodable(where, line):

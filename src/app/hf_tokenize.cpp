@@ -210,6 +210,12 @@ def failure(where, path, error):
     if isinstance(error, SystemExit):
         return error.code
     said = not_utf8(path) if isinstance(error, UnicodeDecodeError) else None
+    # The tokenizers library takes no str holding a lone surrogate, which a JSON escape of half
+    # a UTF-16 pair decodes to (a whole pair is one character).
+    if isinstance(error, TypeError) and "TextEncodeInput" in str(error):
+        said = (f"{where}: the text holds half of a UTF-16 surrogate pair (a JSON escape such as "
+                "\\ud83d without its second half), no character, which the tokenizer cannot "
+                "encode")
     return said or f"{where}: the tokenizer step failed here: {type(error).__name__}: {error}"
 
 def guarded(path):

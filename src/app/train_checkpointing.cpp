@@ -206,11 +206,15 @@ CheckpointManifest manifest_to_resume(const CheckpointFlags& flags, const std::s
 bool starts_afresh_in(const std::string& out_dir, const std::string& resume_mode,
                       const std::string& checkpoint, bool overwrite) {
   if (checkpoint.empty()) return resume_mode == "none";
+  if (resume_mode == "auto") return false;  // OUT's own checkpoints, wherever they are mounted
+  // OUT's own: under OUT (symlinks resolved), or in the directory OUT/checkpoints is (a link to
+  // scratch storage).
   std::error_code ec;
   const fs::path out = fs::weakly_canonical(out_dir, ec), at = fs::weakly_canonical(checkpoint, ec);
   const auto [out_end, at_end] = std::mismatch(out.begin(), out.end(), at.begin(), at.end());
-  if (out_end == out.end()) return false;  // a checkpoint of OUT's own run: it continues
-  ZT_CHECK(overwrite || !fs::is_directory(out_dir, ec) || run_directory_is_empty(out_dir),
+  if (out_end == out.end()) return false;
+  if (fs::equivalent(at.parent_path(), checkpoints_root(out_dir), ec) && !ec) return false;
+  ZT_CHECK(overwrite || !holds_zerotrain_run(out_dir),
            "output directory '" + out_dir + "' holds a run of its own, and --resume '" +
                resume_mode + "' is a checkpoint from elsewhere, whose continuation would mix " +
                "with it: --resume auto continues the run there; --overwrite replaces it with " +
@@ -237,7 +241,11 @@ Packing packing_for_run(Packing requested, const CheckpointFlags& flags, const s
   if (requested == Packing::kAuto && flags.resume != "none") {
     const std::string checkpoint = resolve_resume_checkpoint(flags.resume, out_dir);
     if (!checkpoint.empty()) {
-      const Packing saved = parse_packing(CheckpointManifest::read(checkpoint).hyper.packing);
+      std::string packing;
+      read_checkpoint_to_resume(flags.resume, out_dir, checkpoint, [&] {
+        packing = CheckpointManifest::read(checkpoint).hyper.packing;
+      });
+      const Packing saved = parse_packing(packing);
       ZT_CHECK(saved == Packing::kWrapped || data.has_documents(),
                std::string("train: --packing auto continues the packing of checkpoint '") +
                    checkpoint + "', " + packing_name(saved) + ", but token dataset '" +
@@ -258,8 +266,12 @@ TrainingProgress TrainCheckpointing::resume(ZeroEngine& engine) {
   CheckpointManifest manifest;
   read_checkpoint_to_resume(flags_.resume, out_dir_, resume_dir_, [&] {
     manifest = load_checkpoint(engine, resume_dir_, [&](const CheckpointManifest& m) {
-      warnings = check_resume_hyperparameters(m, hyper_, world, precision, resume_dir_,
-                                              flags_.allow_data_change);
+      try {
+        warnings = check_resume_hyperparameters(m, hyper_, world, precision, resume_dir_,
+                                                flags_.allow_data_change);
+      } catch (const Error& e) {
+        throw CheckpointMismatch(e.what());
+      }
     });
   });
   const double seconds = clock.seconds();

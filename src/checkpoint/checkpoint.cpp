@@ -404,12 +404,14 @@ void read_checkpoint_to_resume(const std::string& mode, const std::string& out_d
              std::string("damaged, --resume ") + checkpoints_root(out_dir) + "/" +
              checkpoint_step_dir_name(newest) + ", the newest other complete one, continues " +
              "from there)";
-    } catch (const Error&) {
+    } catch (...) {
       return std::string();
     }
   };
   try {
     read();
+  } catch (const CheckpointMismatch&) {
+    throw;
   } catch (const AgreedError& e) {
     throw AgreedError(e.what() + hint());
   } catch (const Error& e) {

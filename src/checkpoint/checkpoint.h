@@ -105,10 +105,17 @@ std::string checkpoint_dir_through_latest(const std::string& path);
 // checkpoint_dir_through_latest, which must hold a manifest.
 std::string resolve_resume_checkpoint(const std::string& mode, const std::string& out_dir,
                                       std::string* fallback_note = nullptr);
+// An error saying that a readable checkpoint does not fit this run (a setting that differs),
+// which the run's other checkpoints would not fit either.
+class CheckpointMismatch : public Error {
+ public:
+  using Error::Error;
+};
+
 // Runs `read` on the checkpoint `dir` that --resume MODE chose in `out_dir` ("" when `latest` did
-// not name one). With MODE auto, an error it raises (a damaged or missing file, a setting that
-// differs) gets, appended, the newest other complete checkpoint there, which --resume PATH
-// continues from where `latest`'s is damaged; the error keeps its type (AgreedError or Error).
+// not name one). With MODE auto, an error it raises (a damaged or missing file) gets, appended,
+// the newest other complete checkpoint there, which --resume PATH continues from; the error keeps
+// its type (AgreedError or Error). A CheckpointMismatch passes as it is.
 void read_checkpoint_to_resume(const std::string& mode, const std::string& out_dir,
                                const std::string& dir, const std::function<void()>& read);
 

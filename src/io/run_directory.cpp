@@ -92,15 +92,20 @@ bool run_directory_is_empty(const std::string& dir) {
   return true;
 }
 
+bool holds_zerotrain_run(const std::string& dir) {
+  std::error_code ec;
+  for (const char* mark : {"run.json", "metrics.jsonl", "checkpoints", "final"})
+    if (fs::exists(fs::path(dir) / mark, ec)) return true;
+  return false;
+}
+
 void clear_previous_run(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec) || run_directory_is_empty(dir)) return;
-  bool is_run = false;
-  for (const char* mark : {"run.json", "metrics.jsonl", "checkpoints", "final"})
-    is_run = is_run || fs::exists(fs::path(dir) / mark, ec);
-  ZT_CHECK(is_run, "--overwrite: '" + dir +
-                       "' is not empty and holds no zerotrain run (no run.json, metrics.jsonl, "
-                       "checkpoints/ or final/); refusing to delete its files");
+  ZT_CHECK(holds_zerotrain_run(dir),
+           "--overwrite: '" + dir +
+               "' is not empty and holds no zerotrain run (no run.json, metrics.jsonl, "
+               "checkpoints/ or final/); refusing to delete its files");
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     if (entry.path().filename() == kRunLockFile) continue;
     fs::remove_all(entry.path(), ec);

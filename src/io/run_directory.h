@@ -36,6 +36,10 @@ class RunDirectoryLock {
 // --out never deletes someone's files.
 void clear_previous_run(const std::string& dir);
 
+// Whether `dir` holds a zerotrain run: run.json, metrics.jsonl, checkpoints/ or final/ (what a
+// job script writes beside them, its logs, is none).
+bool holds_zerotrain_run(const std::string& dir);
+
 // Whether `dir` holds nothing but (possibly) the lock file.
 bool run_directory_is_empty(const std::string& dir);
 

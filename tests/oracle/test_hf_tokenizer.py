@@ -268,13 +268,15 @@ class TokenizerOracle:
                  "--text-field", "content", "--out", work("bad.h5")] + python,
                 [work("latin1.jsonl") + ":1002: not UTF-8 text: byte 17 of the line is 0xe9"],
                 work("bad.h5"))
-        # Half a surrogate pair escaped in JSON (a whole pair, an emoji, is one character), and a
-        # pretty-printed JSON object: each named, where the tokenizer or json alone say little.
+        # Half a surrogate pair escaped in JSON (a whole pair, an emoji, is one character; half
+        # of one in a field no document reads passes), and a pretty-printed JSON object: each
+        # named, where the tokenizer or json alone say little.
         with open(work("halves.jsonl"), "w") as f:
-            f.write('{"text": "\\ud83d\\ude00 whole"}\n{"text": "cut \\ud83d here"}\n')
+            f.write('{"text": "\\ud83d\\ude00 whole", "url": "cut \\ud83d"}\n'
+                    '{"text": "cut \\ud83d here"}\n')
         refused([zt, "prepare-data", "--tokenizer", work("tok"), "--jsonl", work("halves.jsonl"),
                  "--out", work("bad.h5")] + python,
-                [work("halves.jsonl") + ":2: the escape \\ud83d is half of a UTF-16 surrogate"],
+                [work("halves.jsonl") + ":2: the text holds half of a UTF-16 surrogate pair"],
                 work("bad.h5"))
         with open(work("object.json"), "w") as f:
             json.dump({"text": "one object"}, f, indent=2)

@@ -18,14 +18,11 @@
 #include <vector>
 
 #include "io/fs_util.h"
-#include "io/model_dir.h"
-#include "test_train_support.h"
+#include "test_checkpoint_e2e_support.h"
 
-namespace zt {
+namespace zt::checkpoint_e2e {
 namespace {
 
-using namespace train_test;  // NOLINT
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 // A shell command running in the background (its own process group, so that a test can end
@@ -78,68 +75,6 @@ bool wait_until(double seconds, const std::function<bool()>& ready) {
   }
   return ready();
 }
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-size_t count_lines(const std::string& path) {
-  return read_jsonl(path).size();
-}
-
-// Every tensor of a model directory as raw bf16 bits, in layout order.
-std::vector<std::vector<bf16_t>> model_bits(const std::string& dir) {
-  ModelDirReader reader(dir);
-  std::vector<std::vector<bf16_t>> out;
-  for (const TensorInfo& t : reader.layout().tensors()) {
-    out.emplace_back(static_cast<size_t>(t.numel));
-    reader.read_tensor_bf16(t.name, out.back().data());
-  }
-  return out;
-}
-
-class CheckpointE2E : public SampleDataSuite<CheckpointE2E> {
- public:
-  static constexpr const char* kDirPrefix = "zt_ckpt_e2e_";
-
- protected:
-  // The tiny preset on sample.h5 into OUT=path(out): seq-len 16, micro-batch 2, seed 7.
-  static std::string train_args(const std::string& out, int steps, const std::string& extra) {
-    return "train --preset tiny --data " + path("sample.h5") + " --out " + path(out) + " --steps " +
-           std::to_string(steps) +
-           " --seq-len 16 --micro-batch 2 --seed 7 --lr 5e-3 --warmup-steps 2 --log-every 0 " +
-           extra;
-  }
-  static RunResult train(const std::string& out, int steps, const std::string& extra) {
-    return run_zerotrain(train_args(out, steps, extra));
-  }
-  static std::string latest(const std::string& out) {
-    std::string name = read_file(path(out) + "/checkpoints/latest");
-    while (!name.empty() && name.back() == '\n') name.pop_back();
-    return name;
-  }
-  static std::string checkpoint(const std::string& out, int64_t step) {
-    char name[32];
-    std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
-    return path(out) + "/checkpoints/" + name;
-  }
-  // A run stopped after step 2 with a checkpoint there (shared by the refusal tests).
-  static std::string base_checkpoint() {
-    if (!fs::exists(checkpoint("base", 2))) {
-      const RunResult r = train("base", 6, "--save-every 2 --stop-after-step 2");
-      EXPECT_EQ(r.exit_code, 124) << r.output;
-    }
-    return checkpoint("base", 2);
-  }
-  // A copy of the base checkpoint to damage.
-  static std::string copy_of_base(const std::string& name) {
-    const std::string copy = path(name);
-    fs::remove_all(copy);
-    fs::copy(base_checkpoint(), copy, fs::copy_options::recursive);
-    return copy;
-  }
-};
 
 // --keep-last 1 --keep-best: the newest checkpoint and the one of the lowest eval_loss stay. A high
 // learning rate makes the loss climb after the first steps, so the best is not the newest.
@@ -484,109 +419,6 @@ TEST_F(CheckpointE2E, AResumeThatFindsItsRunFinishedTrainsNothingAndSaysSo) {
   EXPECT_EQ(count_lines(path("done/metrics.jsonl")), 4u);
 }
 
-// A kill after the last step's save (during the final evaluation, or final/ on a full disk)
-// left the checkpoint at --steps without final/ or the report: the resume ends the run as the
-// uninterrupted one ended, its evaluation and report included (the Slurm scripts read report.json
-// as the job's success).
-TEST_F(CheckpointE2E, AResumeAtTheLastStepWithoutTheRunsEndFinishesIt) {
-  const std::string args = "--save-every 2 --eval-batches 2";
-  ASSERT_EQ(train("end_ref", 4, args).exit_code, 0);
-  ASSERT_EQ(train("end", 4, args).exit_code, 0);
-  for (const char* name : {"final", "report.json", "report.md"})
-    fs::remove_all(path("end/") + name);
-  const RunResult resumed = train("end", 4, args + " --resume auto");
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("checkpoint is at step 4 of 4: training is complete; finishing"),
-            std::string::npos)
-      << resumed.output;
-  ASSERT_TRUE(fs::exists(path("end/report.json"))) << resumed.output;
-  const auto report = nlohmann::json::parse(read_file(path("end/report.json")));
-  const auto reference = nlohmann::json::parse(read_file(path("end_ref/report.json")));
-  EXPECT_EQ(report.at("eval").dump(), reference.at("eval").dump());
-  EXPECT_EQ(report.at("final_loss").dump(), reference.at("final_loss").dump());
-  EXPECT_EQ(model_bits(path("end/final")), model_bits(path("end_ref/final")));
-  EXPECT_EQ(count_lines(path("end/metrics.jsonl")), 4u);
-  // A checkpoint past --steps is refused, naming what would go on from it.
-  const RunResult shorter = train("end", 3, args + " --resume auto");
-  EXPECT_NE(shorter.exit_code, 0);
-  EXPECT_NE(shorter.output.find("is at step 4, past --steps 3: give --steps 4 or more"),
-            std::string::npos)
-      << shorter.output;
-}
-
-// --resume of another run's checkpoint starts OUT afresh: refused where OUT holds a run of its own
-// (the two would mix in metrics.jsonl, and its checkpoints would stay outside the new lineage),
-// unless --overwrite, which replaces it.
-TEST_F(CheckpointE2E, AnotherRunsCheckpointDoesNotContinueIntoAnOccupiedOut) {
-  ASSERT_EQ(train("mine", 4, "--save-every 2").exit_code, 0);
-  const std::string theirs = base_checkpoint();
-  const RunResult mixed = train("mine", 6, "--save-every 2 --resume " + theirs);
-  EXPECT_NE(mixed.exit_code, 0);
-  EXPECT_NE(mixed.output.find("'" + path("mine") + "' holds a run of its own"), std::string::npos)
-      << mixed.output;
-  EXPECT_TRUE(fs::exists(checkpoint("mine", 4)));
-  const RunResult replaced = train("mine", 6, "--save-every 2 --overwrite --resume " + theirs);
-  ASSERT_EQ(replaced.exit_code, 0) << replaced.output;
-  ASSERT_EQ(train("base_ref", 6, "--save-every 2").exit_code, 0);
-  std::vector<std::string> want = loss_strings(path("base_ref/metrics.jsonl"));
-  want.erase(want.begin());  // step 1 is the other run's: OUT's metrics go on from its step 2
-  EXPECT_EQ(loss_strings(path("mine/metrics.jsonl")), want);
-}
-
-// At several ranks each ZeRO stage sums a step's gradients (and their norm) in an order of its
-// own: a resume at another stage is warned of, as a new world size is. Onto smaller data
-// (--allow-data-change), a data position past its end goes on at the next epoch's start.
-TEST_F(CheckpointE2E, AResumeAtAnotherStageOrOntoSmallerDataSaysHowItGoesOn) {
-  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
-  const std::string mpi2 = mpirun_zerotrain(2);
-  ASSERT_EQ(
-      run_command(mpi2 + train_args("stage", 4, "--save-every 2 --stop-after-step 2")).exit_code,
-      124);
-  const RunResult staged =
-      run_command(mpi2 + train_args("stage", 4, "--save-every 2 --resume auto --zero-stage 2"));
-  ASSERT_EQ(staged.exit_code, 0) << staged.output;
-  EXPECT_NE(staged.output.find("zero_stage: checkpoint 0, run 2 at 2 ranks without "
-                               "--world-invariant"),
-            std::string::npos)
-      << staged.output;
-  const std::string text = read_file(std::string(ZT_SOURCE_DIR) + "/inputs/data/sample.txt");
-  std::ofstream(path("head.txt")) << text.substr(0, 500);  // 29 windows of 17 tokens
-  ASSERT_EQ(run_zerotrain("prepare-data --text " + path("head.txt") + " --out " + path("small.h5"))
-                .exit_code,
-            0);
-  const RunResult first = train("onto_small", 40, "--save-every 35 --stop-after-step 35");
-  ASSERT_EQ(first.exit_code, 124) << first.output;
-  std::string args = train_args("onto_small", 40, "--resume auto --allow-data-change");
-  args.replace(args.find(path("sample.h5")), path("sample.h5").size(), path("small.h5"));
-  const RunResult resumed = run_zerotrain(args);
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("data position 70 is past this dataset's end: the run continues "
-                                "at epoch 1's start"),
-            std::string::npos)
-      << resumed.output;
-}
-
-// --resume auto on a checkpoint `latest` names that is damaged or gone: the refusal names the
-// newest other complete checkpoint, which --resume PATH continues from.
-TEST_F(CheckpointE2E, ADamagedLatestCheckpointIsRefusedNamingTheOneBeforeIt) {
-  ASSERT_EQ(train("damaged", 6, "--save-every 2 --stop-after-step 4").exit_code, 124);
-  const std::string hint = "--resume " + path("damaged/checkpoints") +
-                           "/step-00000002, the newest other complete one, continues from there";
-  for (const auto& file : fs::directory_iterator(checkpoint("damaged", 4)))  // rank files, halved
-    if (file.path().filename() != "manifest.json")
-      fs::resize_file(file.path(), fs::file_size(file.path()) / 2);
-  RunResult r = train("damaged", 6, "--save-every 2 --resume auto");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find(hint), std::string::npos) << r.output;
-  fs::remove_all(checkpoint("damaged", 4));
-  r = train("damaged", 6, "--save-every 2 --resume auto");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(hint), std::string::npos) << r.output;
-  r = train("damaged", 6, "--save-every 2 --resume " + checkpoint("damaged", 2));
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-}
-
 TEST_F(CheckpointE2E, RankDeathEndsTheJobWithinTheTimeout) {
   if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
   const auto t0 = Clock::now();
@@ -601,4 +433,4 @@ TEST_F(CheckpointE2E, RankDeathEndsTheJobWithinTheTimeout) {
 }
 
 }  // namespace
-}  // namespace zt
+}  // namespace zt::checkpoint_e2e

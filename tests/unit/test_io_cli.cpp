@@ -600,19 +600,5 @@ TEST(TrainOptionsActivations, DefaultRecordedAndBadValuesRefused) {
   }
 }
 
-// A --text file beyond 64 MiB is one document, encoded in one tokenizer call whose memory grows
-// with it: a note says so before the tokenizer is read (a sparse file; the tokenizer is absent).
-TEST(IoCli, ALargeTextFileForATokenizerIsNoted) {
-  TempDir tmp;
-  std::ofstream(tmp / "big.txt").close();
-  std::filesystem::resize_file(tmp / "big.txt", 65 << 20);
-  const auto r = run_zerotrain("prepare-data --tokenizer " + q(tmp / "absent") + " --text " +
-                               q(tmp / "big.txt") + " --out " + q(tmp / "big.h5"));
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("(65 MiB) is one document, encoded in one call of the tokenizer"),
-            std::string::npos)
-      << r.output;
-}
-
 }  // namespace
 }  // namespace zt
