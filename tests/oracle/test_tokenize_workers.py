@@ -11,8 +11,8 @@ pairs of lines of inputs/data/sample.txt.
    lines', JSON-lines documents', a JSON array of conversations' and text files'.
 2. The first failure in input order is reported, whoever finds it, at 1 and at 3 workers: a bad
    message on line 20 (a job's error) before a line that is not JSON on line 35 (the reading's,
-   which runs ahead of the jobs), and a bad message before an unforeseen error (a lone surrogate
-   the tokenizer refuses) or bytes that are not UTF-8 (which the decoder meets while reading
+   which runs ahead of the jobs), and a bad message before an error the tokenizer raises in a
+   job (a lone surrogate it refuses) or bytes that are not UTF-8 (which the decoder meets while reading
    ahead) in the same batch; each error alone is named by its line, in a file of CR-ended lines
    too; nothing is left. A record as deeply nested as one process reads, which cannot be pickled
    to a worker, is written as one process writes it. --workers 0, and --workers without --tokenizer, are refused.
@@ -229,8 +229,9 @@ class WorkersOracle:
             self.zt, self.work, self.python, self.text_file, self.chats, self.chat_options)
         # 2. The first failure in input order, whoever finds it, at 1 and 3 workers: a bad
         # message (a job's error) before a line that is not JSON (the reading's, which runs
-        # ahead) or before an error nobody foresaw (a lone surrogate, which the tokenizer
-        # refuses with a TypeError) in the same batch; either alone, named by its line.
+        # ahead) or before an error the tokenizer raises in a job (a lone surrogate, which it
+        # refuses with a TypeError, said as such) in the same batch; either alone, named by its
+        # line.
         lines = [json.dumps({"messages": m}) for m, _ in chats[:40]]
         bad_message = json.dumps({"messages": [{"role": "function", "content": "x"}]})
         surrogate = json.dumps({"messages": [{"role": "user", "content": "\ud800"},
@@ -241,8 +242,8 @@ class WorkersOracle:
                  [":20: 'messages'[0]", "role"], b"\n"),
                 ("job_then_unforeseen", {17: bad_message, 20: surrogate},
                  [":17: 'messages'[0]", "role"], b"\n"),
-                ("unforeseen", {20: surrogate}, [":20: the tokenizer step failed here: TypeError"],
-                 b"\n"),
+                ("unforeseen", {20: surrogate},
+                 [":20: the text holds half of a UTF-16 surrogate pair"], b"\n"),
                 ("nested_too_deep", {20: "[" * 100000}, [":20: not a JSON line"], b"\n"),
                 ("job_then_bytes", {20: bad_message, 21: latin1}, [":20: 'messages'[0]", "role"],
                  b"\n"),
