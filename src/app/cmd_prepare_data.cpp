@@ -217,10 +217,10 @@ HfTokenizeRequest hf_tokenize_request(const po::variables_map& vm, const std::st
   // it (3.1 GB for 20.7 MB of text with SmolLM2's tokenizer, measured).
   constexpr std::uintmax_t kLargeTextBytes = std::uintmax_t{64} << 20;
   std::error_code ec;
-  for (const std::string& file : request.inputs)
-    if (!jsonl && !sft && std::filesystem::file_size(file, ec) > kLargeTextBytes && !ec)
-      std::cerr << "prepare-data: note: '" << file << "' ("
-                << std::filesystem::file_size(file, ec) / (1 << 20)
+  for (const std::string& file : jsonl || sft ? std::vector<std::string>{} : request.inputs)
+    if (const std::uintmax_t bytes = std::filesystem::file_size(file, ec);
+        !ec && bytes > kLargeTextBytes)
+      std::cerr << "prepare-data: note: '" << file << "' (" << bytes / (1 << 20)
                 << " MiB) is one document, encoded in one call of the tokenizer, which holds "
                    "about 150 bytes of memory per byte of text: split it into files, or give its "
                    "documents as JSON lines, to bound the memory\n";

@@ -124,11 +124,11 @@ std::vector<CompleteCheckpoint> complete_checkpoints(const std::string& root) {
   return found;
 }
 
-// The newest complete checkpoint under `root`, or "".
-std::string newest_complete_checkpoint(const std::string& root) {
+// The newest complete checkpoint under `root` but the one named `except`, or "".
+std::string newest_complete_checkpoint(const std::string& root, const std::string& except = "") {
   int64_t newest = -1;
   for (const CompleteCheckpoint& found : complete_checkpoints(root))
-    newest = std::max(newest, found.step);
+    if (found.dir.filename().string() != except) newest = std::max(newest, found.step);
   return newest < 0 ? "" : root + "/" + checkpoint_step_dir_name(newest);
 }
 
@@ -395,15 +395,12 @@ void read_checkpoint_to_resume(const std::string& mode, const std::string& out_d
   if (mode != "auto") return read();
   const auto hint = [&] {
     try {
-      const std::string chosen = fs::path(strip_trailing_slashes(dir)).filename().string();
-      int64_t newest = -1;
-      for (const CompleteCheckpoint& found : complete_checkpoints(checkpoints_root(out_dir)))
-        if (found.dir.filename().string() != chosen) newest = std::max(newest, found.step);
-      if (newest < 0) return std::string();
+      const std::string other = newest_complete_checkpoint(
+          checkpoints_root(out_dir), fs::path(strip_trailing_slashes(dir)).filename().string());
+      if (other.empty()) return std::string();
       return " (--resume auto read the checkpoint OUT/checkpoints/latest names; where it is " +
-             std::string("damaged, --resume ") + checkpoints_root(out_dir) + "/" +
-             checkpoint_step_dir_name(newest) + ", the newest other complete one, continues " +
-             "from there)";
+             std::string("damaged, --resume ") + other + ", the newest other complete one, " +
+             "continues from there)";
     } catch (...) {
       return std::string();
     }
